@@ -1,0 +1,3 @@
+from driftmatrix.cli import main
+
+main()

@@ -1,0 +1,129 @@
+"""Command line: one thin command per pipeline stage (each delegates to its stage module).
+
+Heavy imports happen inside the commands so that ``driftmatrix --help`` starts instantly.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Temporal drift matrices: train on the past, score on every period.")
+data_app = typer.Typer(no_args_is_help=True, help="Raw data: generate the built-in default, fetch real datasets.")
+app.add_typer(data_app, name="data")
+
+PARAMS_OPT = typer.Option(Path("params.yaml"), "--params", "-p", help="Parameter file.")
+
+
+def _setup_logging(verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("alembic", "mlflow", "urllib3", "git", "matplotlib", "PIL", "filelock", "httpx"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+@app.callback()
+def _main(verbose: bool = typer.Option(False, "--verbose", "-v")) -> None:
+    _setup_logging(verbose)
+
+
+def _params(path: Path):
+    from driftmatrix.config import load_params
+
+    return load_params(path)
+
+
+# --- data -------------------------------------------------------------------------------------
+@data_app.command("generate")
+def data_generate(params: Path = PARAMS_OPT,
+                  out: Optional[Path] = typer.Option(None, help="Target folder (default: dataset.path)."),
+                  force: bool = typer.Option(False, help="Rewrite even if the folder is complete.")) -> None:
+    """Write the built-in synthetic yearbook in the real Yearbook folder layout."""
+    from driftmatrix.data import synthetic
+
+    p = _params(params)
+    target = out or Path(p.dataset.path)
+    n = synthetic.write_dataset(p.synthetic, target, force=force)
+    typer.echo(f"synthetic yearbook ({p.synthetic.scenario}): {n} images in {target}")
+
+
+# --- pipeline stages ---------------------------------------------------------------------------
+@app.command()
+def ingest(params: Path = PARAMS_OPT, strict: bool = typer.Option(False, help="Any dropped record is an error."),
+           out: Path = typer.Option(Path("outputs/ingested"))) -> None:
+    """Read the configured raw dataset into the normalised table."""
+    from driftmatrix.data import ingest as stage
+
+    result = stage.run(_params(params), out, strict=strict)
+    typer.echo(result.report.summary())
+
+
+@app.command("slice")
+def slice_cmd(params: Path = PARAMS_OPT, src: Path = typer.Option(Path("outputs/ingested")),
+              out: Path = typer.Option(Path("outputs/slices"))) -> None:
+    """Cut the table into periods, drop small slices (reported), split each 70/30 stratified."""
+    from driftmatrix import slicing
+
+    manifest = slicing.run(_params(params), src, out)
+    typer.echo(slicing.describe(manifest))
+
+
+@app.command()
+def train(model: str = typer.Option(..., "--model", "-m", help="Registry name, e.g. CNN-S."),
+          params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
+          out: Path = typer.Option(Path("outputs/checkpoints"))) -> None:
+    """Train a fresh model per (cutoff, seed) on the cumulative history; resumes finished work."""
+    from driftmatrix import training
+
+    training.run(_params(params), model, slices, out)
+
+
+@app.command()
+def evaluate(model: str = typer.Option(..., "--model", "-m"), params: Path = PARAMS_OPT,
+             slices: Path = typer.Option(Path("outputs/slices")),
+             checkpoints: Path = typer.Option(Path("outputs/checkpoints")),
+             out: Path = typer.Option(Path("outputs/scores"))) -> None:
+    """Score every checkpoint on every slice in one pass; write drift-matrix rows."""
+    from driftmatrix import evaluation
+
+    evaluation.run(_params(params), model, slices, checkpoints, out)
+
+
+@app.command()
+def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("outputs/scores")),
+             out: Path = typer.Option(Path("outputs/matrices"))) -> None:
+    """Seed-averaged matrices, summary scores, heatmaps, DVC metrics and MLflow logging."""
+    from driftmatrix import matrices as stage
+
+    stage.run(_params(params), scores, out)
+
+
+@app.command("models")
+def list_models() -> None:
+    """List the model registry (name, family, modality)."""
+    from driftmatrix.models.registry import REGISTRY
+
+    for name, spec in REGISTRY.items():
+        typer.echo(f"{name:<16} {spec.family:<10} {spec.modality}")
+
+
+def main() -> None:
+    try:
+        app()
+    except Exception as exc:  # clear one-line errors for known user mistakes
+        from driftmatrix.config import ConfigError
+        from driftmatrix.data.table import DataError
+
+        if isinstance(exc, (ConfigError, DataError)):
+            typer.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        raise
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,170 @@
+"""Typed, frozen views of ``params.yaml``.
+
+Every stage reads its section through :func:`load_params`; unknown keys are an error so that a
+typo in ``params.yaml`` never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+PARAMS_FILE = Path("params.yaml")
+
+
+class ConfigError(ValueError):
+    """A parameter file or section is invalid; the message names the file and key."""
+
+
+@dataclass(frozen=True)
+class DatasetConfig:
+    name: str = "synthetic-yearbook"
+    source: str = "yearbook"
+    path: str = "data/synthetic-yearbook"
+    task: str = "binary"
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyntheticConfig:
+    scenario: str = "fading-cue"
+    seed: int = 0
+    first_year: int = 1950
+    years: int = 20
+    per_year: int = 120
+    size: int = 32
+
+
+@dataclass(frozen=True)
+class SlicingConfig:
+    period: str = "year"
+    width: int = 1
+    min_samples: int = 20
+    test_fraction: float = 0.3
+    split_seed: int = 42
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    seeds: tuple[int, ...] = (0, 1)
+    epochs: int = 10
+    batch_size: int = 64
+    lr: float = 5e-4
+    weight_decay: float = 0.0
+    device: str = "auto"
+    eval_batch_size: int = 1024
+    grad_clip: float | None = None
+    optimizer: str = "adam"  # adam | adamw
+    dropout: float | None = None  # None: the model's own default
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    uri: str = "sqlite:///mlflow.db"
+    artifact_root: str = "mlruns"
+    experiment: str = "driftmatrix"
+    log_models: bool = True
+    register: bool = True
+
+
+@dataclass(frozen=True)
+class Params:
+    dataset: DatasetConfig = DatasetConfig()
+    synthetic: SyntheticConfig = SyntheticConfig()
+    slicing: SlicingConfig = SlicingConfig()
+    train: TrainConfig = TrainConfig()
+    models: Mapping[str, Mapping[str, Any]] = field(default_factory=lambda: {"MLP-S": {}})
+    tracking: TrackingConfig = TrackingConfig()
+    extra: Mapping[str, Any] = field(default_factory=dict)  # sections owned by other stages
+
+    def train_for(self, model: str) -> TrainConfig:
+        """The training config of one model: ``train`` with that model's overrides applied."""
+        overrides = dict(self.models.get(model) or {})
+        return build(TrainConfig, {**_asdict(self.train), **overrides}, f"models.{model}")
+
+
+def _asdict(obj: Any) -> dict[str, Any]:
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
+
+
+def build(cls: type, raw: Mapping[str, Any] | None, where: str) -> Any:
+    """Build dataclass ``cls`` from a mapping, rejecting unknown keys with a named error."""
+    raw = dict(raw or {})
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
+    values = {}
+    for name, value in raw.items():
+        if isinstance(value, list):
+            value = tuple(value)
+        values[name] = value
+    return cls(**values)
+
+
+def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
+    """Typed params from an already-parsed YAML mapping."""
+    raw = dict(raw or {})
+    sections = {
+        "dataset": DatasetConfig,
+        "synthetic": SyntheticConfig,
+        "slicing": SlicingConfig,
+        "train": TrainConfig,
+        "tracking": TrackingConfig,
+    }
+    built = {name: build(cls, raw.get(name), f"{source}: {name}") for name, cls in sections.items()}
+    models = raw.get("models") or {}
+    if isinstance(models, (list, tuple)):
+        models = {m: {} for m in models}
+    if not isinstance(models, Mapping) or not models:
+        raise ConfigError(f"{source}: models must be a non-empty mapping of model name -> overrides")
+    models = {str(k): dict(v or {}) for k, v in models.items()}
+    extra = {k: v for k, v in raw.items() if k not in sections and k != "models"}
+    params = Params(models=models, extra=extra, **built)
+    for name in models:  # validate every override early, with the model named
+        params.train_for(name)
+    return params
+
+
+def load_params(path: str | Path = PARAMS_FILE) -> Params:
+    import yaml
+
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: parameter file not found (run from the repository root)")
+    with path.open() as fh:
+        raw = yaml.safe_load(fh) or {}
+    return parse_params(raw, str(path))
+
+
+def fingerprint(*parts: Any) -> str:
+    """Short stable hash of JSON-able parts (configs, data versions): keys resumable work."""
+    def default(o: Any) -> Any:
+        if dataclasses.is_dataclass(o):
+            return _asdict(o)
+        if isinstance(o, Path):
+            return str(o)
+        raise TypeError(type(o))
+
+    blob = json.dumps(parts, sort_keys=True, default=default)
+    return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+__all__ = [
+    "ConfigError",
+    "DatasetConfig",
+    "SyntheticConfig",
+    "SlicingConfig",
+    "TrainConfig",
+    "TrackingConfig",
+    "Params",
+    "build",
+    "parse_params",
+    "load_params",
+    "fingerprint",
+    "replace",
+]

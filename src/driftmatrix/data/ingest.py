@@ -1,0 +1,44 @@
+"""Ingest stage: raw source (chosen in ``params.yaml: dataset``) -> normalised table on disk."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from pathlib import Path
+
+from driftmatrix.config import Params
+from driftmatrix.data.table import DataError, IngestResult, save_ingested
+
+log = logging.getLogger(__name__)
+
+INGESTED_DIR = Path("outputs/ingested")
+
+# source name -> "module:function"; each reader takes (path, name=..., strict=..., **options)
+READERS = {
+    "yearbook": "driftmatrix.data.sources.yearbook:read_yearbook",
+}
+
+
+def reader_for(source: str):
+    try:
+        target = READERS[source]
+    except KeyError:
+        raise DataError(f"params.yaml: dataset.source {source!r} is not one of {sorted(READERS)}") from None
+    module, func = target.split(":")
+    return getattr(importlib.import_module(module), func)
+
+
+def ingest(params: Params, strict: bool = False) -> IngestResult:
+    """Read the configured dataset into the normalised table (pure apart from reading files)."""
+    ds = params.dataset
+    read = reader_for(ds.source)
+    result = read(ds.path, name=ds.name, strict=strict, **dict(ds.options))
+    result.validate()
+    return result
+
+
+def run(params: Params, out: str | Path = INGESTED_DIR, strict: bool = False) -> IngestResult:
+    result = ingest(params, strict=strict)
+    save_ingested(result, out)
+    log.info("ingest %s: %s", params.dataset.name, result.report.summary())
+    return result
