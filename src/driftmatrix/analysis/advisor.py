@@ -1,0 +1,60 @@
+"""Retraining-horizon advisor.
+
+If a model is retrained every H periods, it is scored at lags 0..H-1 after each retrain, so its
+expected score is the mean of its forgetting curve over lags 0..H-1 (each lag equally likely).
+Ranking models by that number for each H shows which architecture to deploy for a given
+retraining budget; the crossovers are the horizons at which the leader changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+from driftmatrix.analysis._nan import nanmean, nanstd
+from driftmatrix.analysis.forgetting import Curve
+from driftmatrix.analysis.ranking import rank_by_score
+
+
+@dataclass(frozen=True)
+class HorizonScore:
+    model: str
+    mean: float
+    std: float  # across seeds (ddof=1); NaN for a single seed / published matrices
+
+
+def horizon_score(curve: Curve, horizon: int) -> HorizonScore:
+    """Expected score when retraining every ``horizon`` periods, with its seed spread."""
+    if horizon < 1:
+        raise ValueError("horizon must be >= 1")
+    per_seed = nanmean(curve.per_seed[:, :horizon], axis=1)
+    return HorizonScore("", nanmean(per_seed), nanstd(per_seed, ddof=1))
+
+
+def rank_for_horizon(curves: Mapping[str, Curve], horizon: int,
+                     higher_is_better: bool = True) -> list[HorizonScore]:
+    scores = {m: horizon_score(c, horizon) for m, c in curves.items()}
+    order = rank_by_score({m: s.mean for m, s in scores.items()}, higher_is_better)
+    return [HorizonScore(m, scores[m].mean, scores[m].std) for m in order]
+
+
+def leaders(curves: Mapping[str, Curve], higher_is_better: bool = True,
+            max_horizon: int | None = None) -> list[HorizonScore]:
+    """Best model for H = 1..max_horizon (default: the longest lag any curve reaches)."""
+    n = max_horizon or max(len(c.mean) for c in curves.values())
+    return [rank_for_horizon(curves, h, higher_is_better)[0] for h in range(1, n + 1)]
+
+
+@dataclass(frozen=True)
+class Crossover:
+    horizon: int  # first horizon at which ``to`` leads
+    previous: str
+    to: str
+
+
+def crossovers(leading: list[HorizonScore]) -> list[Crossover]:
+    """Horizons (1-based, as in ``leaders``) where the leading model changes."""
+    return [Crossover(h + 1, leading[h - 1].model, leading[h].model)
+            for h in range(1, len(leading)) if leading[h].model != leading[h - 1].model]
