@@ -112,6 +112,68 @@ def list_models() -> None:
         typer.echo(f"{name:<16} {spec.family:<10} {spec.modality}")
 
 
+# --- analysis of finished matrices (own matrices or a folder of published JSON) ----------------
+MATRICES_ARG = typer.Argument(Path("outputs/matrices"),
+                              help="Folder of drift-matrix JSON (ours or the published format).")
+
+
+def _cohort(path: Path):
+    from driftmatrix.analysis import matrixfile
+    from driftmatrix.analysis.tables import Cohort
+
+    return Cohort(matrixfile.load_folder(path))
+
+
+@app.command()
+def summarize(path: Path = MATRICES_ARG,
+              fmt: str = typer.Option("json", "--format", "-f", help="json | csv")) -> None:
+    """One record per model: family, in-distribution, future, decay, TD score, backward."""
+    import json
+
+    from driftmatrix.reporting import text
+
+    records = text.summary_records(_cohort(path))
+    if fmt == "csv":
+        typer.echo(text.summary_csv(records), nl=False)
+    elif fmt == "json":
+        typer.echo(json.dumps(records, indent=2))
+    else:
+        raise typer.BadParameter("--format must be json or csv")
+
+
+@app.command()
+def recommend(path: Path = MATRICES_ARG,
+              horizon: Optional[int] = typer.Option(None, "--horizon", "-H", min=1,
+                                                    help="Periods between retrains.")) -> None:
+    """Rank models by expected score when retrained every H periods (all H if not given)."""
+    from driftmatrix.reporting import text
+
+    cohort = _cohort(path)
+    typer.echo(text.horizon_ranking(cohort, horizon) if horizon else text.horizon_leaders(cohort))
+
+
+@app.command()
+def compare(ours: Path = typer.Argument(..., help="Our matrices folder."),
+            published: Path = typer.Argument(..., help="Published matrices folder.")) -> None:
+    """Cell-wise and summary differences between our matrices and published ones."""
+    from driftmatrix.analysis import matrixfile, published as pub
+    from driftmatrix.reporting import text
+
+    typer.echo(text.comparison_table(pub.compare(matrixfile.load_folder(ours),
+                                                 matrixfile.load_folder(published))))
+
+
+@app.command()
+def report(path: Path = MATRICES_ARG,
+           out: Path = typer.Option(Path("outputs/report/report.html")),
+           audit: Path = typer.Option(Path("outputs/audit/report.html"), help="Linked when present."),
+           title: Optional[str] = typer.Option(None)) -> None:
+    """Self-contained HTML report (tables and inlined figures) of a folder of matrices."""
+    from driftmatrix.reporting import html
+
+    typer.echo(html.run(path, out, audit=audit, title=title))
+
+
 def main() -> None:
     try:
         app()

@@ -47,6 +47,22 @@ def leaders(curves: Mapping[str, Curve], higher_is_better: bool = True,
     return [rank_for_horizon(curves, h, higher_is_better)[0] for h in range(1, n + 1)]
 
 
+def lag_leaders(curves: Mapping[str, Curve], higher_is_better: bool = True) -> list[HorizonScore]:
+    """Best model at each lag L = 0, 1, ...: the score of a model that is L periods old.
+
+    The horizon mean above averages over a model's whole deployment; this is its score in the
+    last period before a retrain, where a fast-decaying leader is overtaken first.
+    """
+    n = max(len(c.mean) for c in curves.values())
+    out = []
+    for lag in range(n):
+        scores = {m: c.mean[lag] if lag < len(c.mean) else np.nan for m, c in curves.items()}
+        best = rank_by_score(scores, higher_is_better)[0]
+        std = curves[best].std[lag]
+        out.append(HorizonScore(best, float(scores[best]), float(std)))
+    return out
+
+
 @dataclass(frozen=True)
 class Crossover:
     horizon: int  # first horizon at which ``to`` leads

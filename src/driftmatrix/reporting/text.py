@@ -1,0 +1,118 @@
+"""Plain-text tables for the command line."""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+
+def fmt(value, decimals: int = 2) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{decimals}f}"
+    return str(value)
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence], decimals: int = 2) -> str:
+    """Left-aligned text columns, right-aligned numbers."""
+    cells = [[fmt(v, decimals) for v in row] for row in rows]
+    widths = [max([len(h)] + [len(r[k]) for r in cells]) for k, h in enumerate(headers)]
+    numeric = [all(isinstance(r[k], (int, float)) for r in rows) if rows else False
+               for k in range(len(headers))]
+
+    def line(vals):
+        return "  ".join(v.rjust(w) if num else v.ljust(w)
+                         for v, w, num in zip(vals, widths, numeric)).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
+
+
+def decimals_for(unit: str) -> int:
+    """Printed precision: one decimal for percentages (as the paper), three otherwise."""
+    return 1 if unit == "%" else 3
+
+
+# --- views used by the CLI ------------------------------------------------------------------
+SUMMARY_FIELDS = ("model", "family", "in_distribution", "future", "decay", "td_score", "backward")
+
+
+def summary_records(cohort) -> list[dict]:
+    """The ``summarize`` records, in SUMMARY_FIELDS order, NaN as None."""
+    out = []
+    for rec in cohort.records():
+        out.append({k: (None if isinstance(rec[k], float) and math.isnan(rec[k]) else rec[k])
+                    for k in SUMMARY_FIELDS})
+    return out
+
+
+def summary_csv(records: list[dict]) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=SUMMARY_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows({k: ("" if v is None else v) for k, v in r.items()} for r in records)
+    return buf.getvalue()
+
+
+def horizon_ranking(cohort, horizon: int) -> str:
+    from driftmatrix.analysis import advisor
+
+    d = decimals_for(cohort.unit)
+    ranked = advisor.rank_for_horizon(cohort.curves, horizon, cohort.higher_is_better)
+    rows = [(k + 1, s.model, cohort.families.get(s.model) or "-", s.mean, s.std)
+            for k, s in enumerate(ranked)]
+    head = (f"Expected {cohort.metric} when retrained every {horizon} period(s) "
+            f"(mean of the forgetting curve over lags 0..{horizon - 1}; std across seeds):")
+    return head + "\n" + table(["rank", "model", "family", "expected", "seed std"], rows, d)
+
+
+def _leader_spans(lead, first: int) -> list[tuple]:
+    """Runs of consecutive positions with the same leader: (span, model, value at start, at end)."""
+    rows, start = [], 0
+    for k in range(1, len(lead) + 1):
+        if k == len(lead) or lead[k].model != lead[start].model:
+            a, b = start + first, k - 1 + first
+            rows.append((str(a) if a == b else f"{a}-{b}", lead[start].model,
+                         lead[start].mean, lead[k - 1].mean))
+            start = k
+    return rows
+
+
+def horizon_leaders(cohort) -> str:
+    """Leader per horizon (as ranges), the crossovers, and the leader per lag for contrast."""
+    from driftmatrix.analysis import advisor
+
+    d = decimals_for(cohort.unit)
+    fam = cohort.families
+    lead = advisor.leaders(cohort.curves, cohort.higher_is_better)
+    rows = [(span, m, fam.get(m) or "-", a, b) for span, m, a, b in _leader_spans(lead, 1)]
+    out = [f"Best model by retraining horizon H (retrain every H periods; expected {cohort.metric} ="
+           f" mean of the forgetting curve over lags 0..H-1):",
+           table(["H", "leader", "family", "expected at first H", "at last H"], rows, d),
+           "", "Crossovers (the leader changes at horizon H):"]
+    cross = advisor.crossovers(lead)
+    out += [f"  H={c.horizon}: {c.previous} -> {c.to}" for c in cross] or ["  none"]
+    lag_rows = [(span, m, fam.get(m) or "-", a, b)
+                for span, m, a, b in _leader_spans(advisor.lag_leaders(cohort.curves,
+                                                                       cohort.higher_is_better), 0)]
+    out += ["", f"For contrast, the best model at each lag L (a model L periods old; "
+                f"forgetting curve F(L)):",
+            table(["L", "leader", "family", "F at first L", "at last L"], lag_rows, d)]
+    return "\n".join(out)
+
+
+def comparison_table(comparisons) -> str:
+    if not comparisons:
+        return "no model in common"
+    rows = []
+    for c in comparisons:
+        o, p = c.ours, c.published
+        rows.append((c.model, o.in_distribution, p.in_distribution, o.in_distribution - p.in_distribution,
+                     o.future, p.future, o.future - p.future, o.decay, p.decay, o.decay - p.decay,
+                     c.mean_abs_diff, c.max_abs_diff, c.n_cells))
+    head = ["model", "ID ours", "ID pub", "dID", "Fut ours", "Fut pub", "dFut", "Dec ours",
+            "Dec pub", "dDec", "mean|dcell|", "max|dcell|", "cells"]
+    return table(head, rows, 2)
