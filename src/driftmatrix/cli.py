@@ -55,12 +55,38 @@ def data_generate(params: Path = PARAMS_OPT,
 # --- pipeline stages ---------------------------------------------------------------------------
 @app.command()
 def ingest(params: Path = PARAMS_OPT, strict: bool = typer.Option(False, help="Any dropped record is an error."),
-           out: Path = typer.Option(Path("outputs/ingested"))) -> None:
+           out: Path = typer.Option(Path("outputs/ingested")),
+           option: list[str] = typer.Option([], "--option", "-o", help="Reader option key=value (YAML value), "
+                                             "repeatable; overrides params.yaml dataset.options."),
+           path: Optional[Path] = typer.Option(None, help="Raw input (default: dataset.path).")) -> None:
     """Read the configured raw dataset into the normalised table."""
+    from dataclasses import replace
+
     from driftmatrix.data import ingest as stage
 
-    result = stage.run(_params(params), out, strict=strict)
+    p = _params(params)
+    overrides = _parse_options(option)
+    if overrides or path is not None:
+        ds = p.dataset
+        p = replace(p, dataset=replace(ds, options={**dict(ds.options), **overrides},
+                                       path=str(path) if path is not None else ds.path))
+    result = stage.run(p, out, strict=strict)
     typer.echo(result.report.summary())
+
+
+def _parse_options(items: list[str]) -> dict:
+    """``key=value`` pairs; values are read as YAML (``7``, ``[title, text]``, ``2014-01-01``)."""
+    import yaml
+
+    from driftmatrix.config import ConfigError
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--option {item!r}: expected key=value")
+        out[key.strip()] = yaml.safe_load(value) if value.strip() else None
+    return out
 
 
 @app.command("slice")

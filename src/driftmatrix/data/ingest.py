@@ -16,6 +16,9 @@ INGESTED_DIR = Path("outputs/ingested")
 # source name -> "module:function"; each reader takes (path, name=..., strict=..., **options)
 READERS = {
     "yearbook": "driftmatrix.data.sources.yearbook:read_yearbook",
+    "amazon": "driftmatrix.data.sources.amazon:read_amazon",
+    "arxiv": "driftmatrix.data.sources.arxiv:read_arxiv",
+    "table": "driftmatrix.data.sources.tabular:read_table",
 }
 
 

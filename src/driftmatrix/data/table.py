@@ -87,6 +87,7 @@ class IngestReport:
     examples: dict[str, list[str]] = field(default_factory=dict)
     per_period: Counter = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
+    not_sampled: int = 0  # valid records left out by a sampling rule (not a drop, never strict)
 
     def drop(self, reason: str, location: str, detail: str = "") -> None:
         """Record one dropped record; in strict mode raise instead."""
@@ -107,6 +108,7 @@ class IngestReport:
             "read": self.read,
             "kept": self.kept,
             "dropped_total": self.total_dropped,
+            "not_sampled": self.not_sampled,
             "dropped": dict(sorted(self.dropped.items())),
             "examples": self.examples,
             "per_period": dict(sorted(self.per_period.items())),
@@ -114,10 +116,19 @@ class IngestReport:
         }
 
     def summary(self) -> str:
-        lines = [f"records read {self.read}, kept {self.kept}, dropped {self.total_dropped}"]
-        for reason, n in sorted(self.dropped.items(), key=lambda kv: -kv[1]):
+        head = f"records read {self.read}, kept {self.kept}, dropped {self.total_dropped}"
+        if self.not_sampled:
+            head += f", not sampled {self.not_sampled}"
+        lines = [head]
+        for reason, n in sorted(self.dropped.items(), key=lambda kv: (-kv[1], kv[0])):
             first = ", ".join(self.examples.get(reason, [])[:2])
             lines.append(f"  dropped {n:>8} {reason:<24} e.g. {first}")
+        if self.per_period:
+            periods = sorted(self.per_period.items())
+            shown = ", ".join(f"{k}: {v}" for k, v in periods[:3])
+            more = f", ... {periods[-1][0]}: {periods[-1][1]}" if len(periods) > 3 else ""
+            lines.append(f"  kept per period ({len(periods)} periods): {shown}{more}")
+        lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
 
@@ -172,5 +183,7 @@ def load_ingested(indir: str | Path) -> IngestResult:
     report = IngestReport(read=report_d.get("read", len(table)), kept=report_d.get("kept", len(table)),
                           dropped=Counter(report_d.get("dropped", {})),
                           examples=report_d.get("examples", {}),
-                          per_period=Counter(report_d.get("per_period", {})))
+                          per_period=Counter(report_d.get("per_period", {})),
+                          notes=list(report_d.get("notes", [])),
+                          not_sampled=report_d.get("not_sampled", 0))
     return IngestResult(table=table, meta=meta, report=report, images=images)

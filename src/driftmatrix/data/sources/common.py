@@ -1,0 +1,192 @@
+"""Pure helpers shared by the readers: options, timestamps, period labels, text, table assembly."""
+
+from __future__ import annotations
+
+import math
+from datetime import date, datetime, timedelta, timezone
+from typing import Any, Iterable, Mapping
+
+from driftmatrix.data.jsonl import BAD_TIME, DUPLICATE, EMPTY, MISSING, OUT_OF_SCOPE, Drop
+from driftmatrix.data.table import DataError, IngestReport
+
+PERIODS = ("year", "half-year", "quarter", "month")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+
+
+def take_options(reader: str, options: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
+    """``defaults`` updated by ``options``; an unknown option name is a DataError naming the reader."""
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise DataError(f"{reader} reader: unknown option(s) {unknown}; known: {sorted(defaults)}")
+    return {**defaults, **options}
+
+
+def as_list(value: Any) -> list[str]:
+    """An option that may be a single name, a comma/plus-separated string or a list."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        for sep in ("+", ","):
+            if sep in value:
+                return [v.strip() for v in value.split(sep) if v.strip()]
+        return [value]
+    return [str(v) for v in value]
+
+
+def _is_year(value: Any) -> bool:
+    return isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()
+                                      and len(value.strip()) == 4)
+
+
+def parse_date(value: Any, what: str) -> datetime:
+    """An option date (``2014-01-01``, a datetime, or a plain year) as an aware UTC datetime."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    if isinstance(value, date):
+        return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+    if _is_year(value):
+        return datetime(int(value), 1, 1, tzinfo=timezone.utc)
+    try:
+        d = datetime.fromisoformat(str(value).strip())
+    except ValueError:
+        raise DataError(f"option {what}: {value!r} is not an ISO date like 2014-01-01 or a year") from None
+    return d if d.tzinfo else d.replace(tzinfo=timezone.utc)
+
+
+def end_of_scope(value: Any, what: str) -> datetime:
+    """Exclusive upper bound for an inclusive ``end`` option: a year or a bare date covers all of it."""
+    if _is_year(value):
+        return datetime(int(value) + 1, 1, 1, tzinfo=timezone.utc)
+    d = parse_date(value, what)
+    bare_date = (isinstance(value, date) and not isinstance(value, datetime)) or (
+        isinstance(value, str) and len(value.strip()) <= 10)
+    return d + timedelta(days=1) if bare_date else d
+
+
+def from_epoch(value: float, unit: str) -> datetime:
+    seconds = value / 1000.0 if unit == "ms" else float(value)
+    return datetime.fromtimestamp(seconds, tz=timezone.utc)
+
+
+def parse_time(value: Any, fmt: str = "auto", field: str = "timestamp") -> datetime:
+    """Parse an epoch (s or ms), ISO-8601 string or plain year; raises Drop(bad timestamp)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise Drop(MISSING, field)
+    if isinstance(value, bool):
+        raise Drop(BAD_TIME, field, f"{value!r} is not a time")
+    num: float | None = None
+    if isinstance(value, (int, float)):
+        num = float(value)
+    elif fmt != "iso":
+        try:
+            num = float(str(value).strip())
+        except ValueError:
+            num = None
+    try:
+        if num is not None and fmt != "iso":
+            if math.isnan(num) or math.isinf(num):
+                raise ValueError("not finite")
+            if fmt == "year" or (fmt == "auto" and num.is_integer() and 1000 <= num <= 9999):
+                if not (num.is_integer() and 1 <= num <= 9999):
+                    raise ValueError("not a year")
+                return datetime(int(num), 1, 1, tzinfo=timezone.utc)
+            unit = fmt if fmt in ("s", "ms") else ("ms" if abs(num) >= 1e11 else "s")
+            return from_epoch(num, unit)
+        if fmt in ("s", "ms", "year"):
+            raise ValueError(f"expected a number ({fmt})")
+        d = datetime.fromisoformat(str(value).strip())
+        return d.astimezone(timezone.utc) if d.tzinfo else d.replace(tzinfo=timezone.utc)
+    except (ValueError, OverflowError, OSError) as exc:
+        raise Drop(BAD_TIME, field, f"{str(value)[:40]!r}: {exc}") from None
+
+
+def period_label(t: datetime, period: str) -> str:
+    if period == "year":
+        return str(t.year)
+    if period == "half-year":
+        return f"{t.year}-H{1 if t.month <= 6 else 2}"
+    if period == "quarter":
+        return f"{t.year}-Q{(t.month - 1) // 3 + 1}"
+    if period == "month":
+        return f"{t.year}-{t.month:02d}"
+    raise DataError(f"period {period!r} not in {PERIODS}")
+
+
+def check_scope(t: datetime, start: datetime | None, stop: datetime | None, field: str) -> None:
+    """Raise Drop(out-of-scope date) unless ``start <= t < stop``."""
+    if (start is not None and t < start) or (stop is not None and t >= stop):
+        lo = start.date().isoformat() if start else "-inf"
+        hi = stop.date().isoformat() if stop else "+inf"
+        raise Drop(OUT_OF_SCOPE, field, f"{t.isoformat()} outside [{lo}, {hi})")
+
+
+def clean_text(value: Any) -> str:
+    """Whitespace-normalised text ('' for None)."""
+    if value is None:
+        return ""
+    return " ".join(str(value).split())
+
+
+def join_inputs(raw: Mapping[str, Any], fields: Iterable[str], sep: str = "\n\n",
+                normalise: bool = True) -> str:
+    """Join the named input fields; a missing field is Drop(missing field), all-empty is Drop(empty input)."""
+    parts = []
+    names = list(fields)
+    for name in names:
+        if name not in raw or raw[name] is None:
+            raise Drop(MISSING, name)
+        value = raw[name]
+        if isinstance(value, (dict, list)):
+            raise Drop(MISSING, name, f"expected text, got {type(value).__name__}")
+        text = clean_text(value) if normalise else str(value).strip()
+        if text:
+            parts.append(text)
+    if not parts:
+        raise Drop(EMPTY, "+".join(names))
+    return sep.join(parts)
+
+
+class TableBuilder:
+    """Column-wise accumulation of kept rows; duplicate ids are dropped (first kept) and counted."""
+
+    def __init__(self, label_columns: Iterable[str], report: IngestReport, text: bool = True) -> None:
+        self.report = report
+        self.cols: dict[str, list[Any]] = {c: [] for c in ("id", "timestamp", "period", "source")}
+        if text:
+            self.cols["text"] = []
+        self.label_columns = tuple(label_columns)
+        for c in self.label_columns:
+            self.cols[c] = []
+        self.seen: set[str] = set()
+
+    def add(self, loc: str, rid: str, t: datetime, period: str, labels: Mapping[str, Any],
+            text: str | None = None) -> bool:
+        if rid in self.seen:
+            self.report.drop(DUPLICATE, loc, f"field 'id': {rid!r} seen before")
+            return False
+        self.seen.add(rid)
+        c = self.cols
+        c["id"].append(rid)
+        c["timestamp"].append(t)
+        c["period"].append(period)
+        c["source"].append(loc)
+        if "text" in c:
+            c["text"].append(text)
+        for name in self.label_columns:
+            c[name].append(labels[name])
+        self.report.per_period[period] += 1
+        return True
+
+    def __len__(self) -> int:
+        return len(self.cols["id"])
+
+    def frame(self, label_dtype: str | Mapping[str, str] = "int64"):
+        import pandas as pd
+
+        table = pd.DataFrame(self.cols)
+        table["timestamp"] = pd.to_datetime(table["timestamp"], utc=True).astype("datetime64[ns, UTC]")
+        for name in self.label_columns:
+            dtype = label_dtype[name] if isinstance(label_dtype, Mapping) else label_dtype
+            table[name] = table[name].astype(dtype)
+        self.report.kept = len(table)
+        return table
