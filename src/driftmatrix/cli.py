@@ -52,6 +52,20 @@ def data_generate(params: Path = PARAMS_OPT,
     typer.echo(f"synthetic yearbook ({p.synthetic.scenario}): {n} images in {target}")
 
 
+@data_app.command("fetch")
+def data_fetch(dataset: str = typer.Argument(..., help="amazon | yearbook | arxiv"),
+               dest: Optional[Path] = typer.Option(None, help="Target folder (default: data/<dataset>)."),
+               url: Optional[str] = typer.Option(None, help="Download this URL instead of the official source."),
+               sha256: Optional[str] = typer.Option(None, help="Expected sha256 of the (single) file."),
+               category: list[str] = typer.Option([], "--category", "-c",
+                                                  help="Amazon category (repeatable; default: the paper's 7)."),
+               progress: bool = typer.Option(True, help="Progress bar on stderr.")) -> None:
+    """Download a real dataset (resumable, verified) into data/<dataset>/, or print the manual steps."""
+    from driftmatrix.data.fetch import fetch
+
+    fetch(dataset, dest, url=url, sha256=sha256, categories=category or None, progress=progress, echo=typer.echo)
+
+
 # --- pipeline stages ---------------------------------------------------------------------------
 @app.command()
 def ingest(params: Path = PARAMS_OPT, strict: bool = typer.Option(False, help="Any dropped record is an error."),
