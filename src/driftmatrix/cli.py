@@ -114,6 +114,31 @@ def slice_cmd(params: Path = PARAMS_OPT, src: Path = typer.Option(Path("outputs/
 
 
 @app.command()
+def validate(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
+             out: Path = typer.Option(Path("outputs/validation"))) -> None:
+    """Great Expectations gate on every slice; a failed critical check exits 1 (see docs/audit.md)."""
+    from driftmatrix.audit import gate
+
+    try:
+        gate.run(_params(params), slices, out, echo=typer.echo)
+    except gate.ValidationFailed as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def audit(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
+          out: Path = typer.Option(Path("outputs/audit")),
+          validation: Path = typer.Option(Path("outputs/validation")),
+          matrices_dir: Path = typer.Option(Path("outputs/matrices"), "--matrices")) -> None:
+    """Between-slice label/covariate drift matrices, prevalence, plots and report.html."""
+    from driftmatrix.audit import stage
+
+    result = stage.run(_params(params), slices, out, validation, matrices_dir)
+    typer.echo(f"audit of {result['dataset']}: {', '.join(result['measures'])} -> {out / 'report.html'}")
+
+
+@app.command()
 def train(model: str = typer.Option(..., "--model", "-m", help="Registry name, e.g. CNN-S."),
           params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
           out: Path = typer.Option(Path("outputs/checkpoints"))) -> None:

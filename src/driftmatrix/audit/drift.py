@@ -1,0 +1,200 @@
+"""Between-slice drift measures: pure functions on arrays (no I/O).
+
+Matrix convention (same as model drift matrices): ``M[i, j]`` compares slice ``i`` (row, the
+"training" period) with slice ``j`` (column). All measures are documented in docs/audit.md.
+
+- Label shift: Jensen-Shannon divergence in bits (symmetric, in [0, 1]) and the KL divergence
+  of Luu et al. (2022), ``KL(P_j || P_i)`` in nats, on add-``alpha`` smoothed counts (Laplace /
+  Lidstone: ``(count + alpha) / (n + alpha * C)``) so that a class missing from one slice gives a
+  finite value.
+- Covariate shift, text: overlap of the top-``N`` unigram vocabularies (``N`` = 10,000 as in
+  Luu et al.), ``|V_i & V_j| / min(|V_i|, |V_j|)`` (= share of the 10k when both are full).
+- Covariate shift, vectors (downsampled pixels, cached features): squared MMD (biased
+  V-statistic) with an RBF kernel ``exp(-d^2 / (2 sigma^2))``, ``sigma`` = median pairwise
+  Euclidean distance of a pooled subsample of all slices (median heuristic, one bandwidth for the
+  whole matrix so cells are comparable), and a permutation p-value ``(1 + #{perm >= obs}) / (1 + P)``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+TOKEN_RE = re.compile(r"[^\W_]+(?:'[^\W_]+)*")
+
+
+# --- label shift ------------------------------------------------------------------------------
+def smoothed(counts: np.ndarray, alpha: float) -> np.ndarray:
+    """Add-``alpha`` smoothed distribution(s) along the last axis; all-zero rows become NaN."""
+    counts = np.asarray(counts, dtype=float)
+    total = counts.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        p = (counts + alpha) / (total + alpha * counts.shape[-1])
+    return np.where(total > 0, p, np.nan)
+
+
+def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    """KL(p || q) in nats; terms with p = 0 contribute 0; inf if q = 0 where p > 0."""
+    p, q = np.asarray(p, float), np.asarray(q, float)
+    mask = p > 0
+    with np.errstate(divide="ignore"):
+        return float(np.sum(p[mask] * (np.log(p[mask]) - np.log(q[mask]))))
+
+
+def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    """Jensen-Shannon divergence in bits, in [0, 1]."""
+    p, q = np.asarray(p, float), np.asarray(q, float)
+    m = 0.5 * (p + q)
+    return (0.5 * kl_divergence(p, m) + 0.5 * kl_divergence(q, m)) / np.log(2)
+
+
+def pairwise(items: Sequence, fn: Callable[[object, object], float]) -> np.ndarray:
+    """K x K matrix ``fn(items[i], items[j])``; NaN where either item is missing (None / NaN)."""
+    k = len(items)
+    out = np.full((k, k), np.nan)
+    for i in range(k):
+        for j in range(k):
+            a, b = items[i], items[j]
+            if a is None or b is None or (isinstance(a, np.ndarray) and np.isnan(a).any()) \
+                    or (isinstance(b, np.ndarray) and np.isnan(b).any()):
+                continue
+            out[i, j] = fn(a, b)
+    return out
+
+
+def label_js_matrix(counts: np.ndarray) -> np.ndarray:
+    """JS divergence between the (unsmoothed) label distributions of every pair of slices."""
+    return pairwise(list(smoothed(counts, 0.0)), js_divergence)
+
+
+def label_kl_matrix(counts: np.ndarray, alpha: float = 0.5) -> np.ndarray:
+    """``M[i, j] = KL(P_j || P_i)`` on add-``alpha`` smoothed counts (row 0 = Luu et al.'s curve)."""
+    return pairwise(list(smoothed(counts, alpha)), lambda p_i, p_j: kl_divergence(p_j, p_i))
+
+
+def prevalence(counts: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """Share of rows per class / category / level in each slice (NaN for empty slices)."""
+    n = np.asarray(n, float)[:, None]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(n > 0, np.asarray(counts, float) / n, np.nan)
+
+
+# --- covariate shift: text --------------------------------------------------------------------
+def tokenize(text: str) -> list[str]:
+    """Lower-cased runs of Unicode letters/digits, inner apostrophes kept (``don't``)."""
+    return TOKEN_RE.findall(text.lower())
+
+
+def top_vocabulary(texts: Iterable[str], top_n: int = 10_000) -> frozenset[str]:
+    """The ``top_n`` most frequent unigrams (ties broken alphabetically, so deterministic)."""
+    counts = Counter(tok for t in texts for tok in tokenize(t or ""))
+    ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    return frozenset(tok for tok, _ in ranked[:top_n])
+
+
+def vocabulary_overlap(a: frozenset[str], b: frozenset[str]) -> float:
+    if not a or not b:
+        return float("nan")
+    return len(a & b) / min(len(a), len(b))
+
+
+# --- covariate shift: vectors -----------------------------------------------------------------
+def downsample_images(images: np.ndarray, size: int = 8) -> np.ndarray:
+    """uint8 (N, H, W, C) -> float (N, size*size*C) in [0, 1] by block averaging."""
+    imgs = np.asarray(images, dtype=np.float32) / 255.0
+    n, h, w, c = imgs.shape
+    fh, fw = max(1, h // size), max(1, w // size)
+    oh, ow = h // fh, w // fw
+    imgs = imgs[:, : oh * fh, : ow * fw].reshape(n, oh, fh, ow, fw, c).mean(axis=(2, 4))
+    return imgs.reshape(n, -1)
+
+
+def subsample(x: np.ndarray, max_n: int, rng: np.random.Generator) -> np.ndarray:
+    x = np.asarray(x)
+    if len(x) <= max_n:
+        return np.asarray(x, dtype=np.float64)
+    return np.asarray(x[np.sort(rng.choice(len(x), max_n, replace=False))], dtype=np.float64)
+
+
+def sq_distances(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    d = (x * x).sum(1)[:, None] + (y * y).sum(1)[None, :] - 2.0 * x @ y.T
+    return np.maximum(d, 0.0)
+
+
+def median_bandwidth(z: np.ndarray) -> float:
+    """Median heuristic: median Euclidean distance over distinct pairs (1.0 if all coincide)."""
+    d = np.sqrt(sq_distances(z, z)[np.triu_indices(len(z), k=1)])
+    med = float(np.median(d)) if d.size else 0.0
+    return med if med > 0 else 1.0
+
+
+def mmd2_test(x: np.ndarray, y: np.ndarray, sigma: float, permutations: int,
+              rng: np.random.Generator) -> tuple[float, float]:
+    """(biased squared MMD, permutation p-value) between samples ``x`` and ``y``."""
+    z = np.vstack([x, y])
+    kern = np.exp(-sq_distances(z, z) / (2.0 * sigma * sigma))
+    n, m = len(x), len(y)
+    w = np.concatenate([np.full(n, 1.0 / n), np.full(m, -1.0 / m)])
+    observed = float(w @ kern @ w)
+    if permutations <= 0:
+        return max(observed, 0.0), float("nan")
+    perms = np.stack([rng.permutation(w) for _ in range(permutations)], axis=1)
+    stats = np.einsum("ip,ip->p", kern @ perms, perms)
+    pvalue = (1.0 + np.sum(stats >= observed - 1e-12)) / (1.0 + permutations)
+    return max(observed, 0.0), float(pvalue)
+
+
+def mmd_matrix(samples: Sequence[np.ndarray], max_n: int = 300, permutations: int = 200,
+               seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
+    """(K x K squared MMD, K x K p-values, bandwidth) over per-slice samples (rows = vectors).
+
+    Each slice is subsampled to at most ``max_n`` rows once; the diagonal is 0 with p = 1.
+    """
+    rng = np.random.default_rng(seed)
+    subs = [subsample(s, max_n, rng) if len(s) else None for s in samples]
+    present = [s for s in subs if s is not None]
+    if not present:
+        k = len(samples)
+        return np.full((k, k), np.nan), np.full((k, k), np.nan), float("nan")
+    pool = subsample(np.vstack(present), 1000, rng)
+    sigma = median_bandwidth(pool)
+    k = len(subs)
+    mmd, pval = np.full((k, k), np.nan), np.full((k, k), np.nan)
+    for i in range(k):
+        if subs[i] is None:
+            continue
+        mmd[i, i], pval[i, i] = 0.0, 1.0
+        for j in range(i + 1, k):
+            if subs[j] is not None:
+                mmd[i, j], pval[i, j] = mmd2_test(subs[i], subs[j], sigma, permutations, rng)
+                mmd[j, i], pval[j, i] = mmd[i, j], pval[i, j]
+    return mmd, pval, sigma
+
+
+# --- data drift vs model decay ----------------------------------------------------------------
+def correlate(data_drift: np.ndarray, model_matrix: np.ndarray, higher_is_better: bool = True) -> dict:
+    """Spearman correlation between drift(i, j) and the model's drop M[i, i] - M[i, j], j > i.
+
+    For lower-is-better metrics the drop is M[i, j] - M[i, i], so a positive drop always means
+    worse on the later slice. Pairs with a missing value on either side are left out.
+    """
+    from scipy.stats import spearmanr
+
+    d = np.asarray(data_drift, float)
+    m = np.asarray(model_matrix, float)
+    k = min(len(d), len(m))
+    xs, ys = [], []
+    for i in range(k):
+        for j in range(i + 1, k):
+            drop = m[i, i] - m[i, j] if higher_is_better else m[i, j] - m[i, i]
+            if np.isfinite(d[i, j]) and np.isfinite(drop):
+                xs.append(float(d[i, j]))
+                ys.append(float(drop))
+    out = {"n": len(xs), "spearman": None, "pvalue": None, "drift": xs, "drop": ys}
+    if len(xs) >= 3 and np.ptp(xs) > 0 and np.ptp(ys) > 0:
+        res = spearmanr(xs, ys)
+        out["spearman"], out["pvalue"] = float(res.statistic), float(res.pvalue)
+    return out

@@ -1,0 +1,116 @@
+"""The validation gate: ``driftmatrix validate``.
+
+Writes ``outputs/validation/{results.json, summary.md, summary.json}`` and raises
+:class:`ValidationFailed` (the CLI exits 1) when a critical expectation failed and is not listed
+in ``validation.override``. Overridden failures are recorded in ``summary.json`` so the training
+stage can tag its runs with them (:func:`overridden_checks`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from driftmatrix.audit.slices import load_slices
+from driftmatrix.audit.validation import ValidationConfig, validate_slices
+
+
+class ValidationFailed(RuntimeError):
+    """A critical expectation failed; the message names slice, check, observed value and bound."""
+
+
+def override_matches(rule: str, slice_label: str, index: int, key: str) -> bool:
+    """``"<slice>:<check>"``: slice = label, index or ``*``; check = full key or its family."""
+    where, check = rule.split(":", 1)
+    return where in ("*", slice_label, str(index)) and check in (key, key.split(":", 1)[0])
+
+
+def status(rec: Mapping[str, Any], slice_label: str, index: int, override: Iterable[str]) -> str:
+    if rec["success"]:
+        return "pass"
+    if not rec["critical"]:
+        return "warn"
+    return "overridden" if any(override_matches(r, slice_label, index, rec["expectation"]) for r in override) else "fail"
+
+
+def decide(results: list[dict[str, Any]], cfg: ValidationConfig) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Annotate every record with its status; summary = passed / failures / overridden / warnings."""
+    annotated, buckets = [], {"fail": [], "overridden": [], "warn": []}
+    for sl in results:
+        recs = []
+        for rec in sl["expectations"]:
+            st = status(rec, sl["label"], sl["index"], cfg.override)
+            recs.append({**rec, "status": st})
+            if st in buckets:
+                buckets[st].append({"slice": sl["label"], "expectation": rec["expectation"],
+                                    "observed": rec["observed"], "bound": rec["bound"]})
+        annotated.append({**sl, "passed": not any(r["status"] == "fail" for r in recs), "expectations": recs})
+    summary = {"passed": not buckets["fail"], "failures": buckets["fail"], "overridden": buckets["overridden"],
+               "warnings": buckets["warn"]}
+    return annotated, summary
+
+
+def _short(value: Any, width: int = 60) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def describe_failure(item: Mapping[str, Any]) -> str:
+    return (f"slice {item['slice']}: {item['expectation']} failed, observed {_short(item['observed'])} "
+            f"(bound {_short(item['bound'])})")
+
+
+def summary_markdown(annotated: list[dict[str, Any]], summary: Mapping[str, Any]) -> str:
+    lines = [f"# Validation: {'PASSED' if summary['passed'] else 'FAILED'}", "",
+             "| slice | rows | checks | failed | overridden | warnings |", "|---|---:|---:|---|---|---|"]
+    for sl in annotated:
+        by = {st: [r["expectation"] for r in sl["expectations"] if r["status"] == st]
+              for st in ("fail", "overridden", "warn")}
+        lines.append(f"| {sl['label']} | {sl['n']} | {len(sl['expectations'])} | {', '.join(by['fail']) or '-'} | "
+                     f"{', '.join(by['overridden']) or '-'} | {', '.join(by['warn']) or '-'} |")
+    for title, key in (("Failures", "failures"), ("Overridden", "overridden"), ("Warnings", "warnings")):
+        if summary[key]:
+            lines += ["", f"## {title}", ""] + [f"- {describe_failure(i)}" for i in summary[key]]
+    return "\n".join(lines) + "\n"
+
+
+def failure_message(summary: Mapping[str, Any]) -> str:
+    items = summary["failures"]
+    rules = ", ".join(f'"{i["slice"]}:{i["expectation"]}"' for i in items[:5])
+    return ("validation failed (critical checks):\n" + "\n".join(f"  {describe_failure(i)}" for i in items)
+            + f"\nto proceed knowingly, list them in params.yaml validation.override: [{rules}]")
+
+
+def write(out_dir: Path, annotated: list, summary: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "results.json").write_text(json.dumps({**extra, "slices": annotated}, indent=2))
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
+    (out_dir / "summary.md").write_text(summary_markdown(annotated, summary))
+
+
+def run(params: Any, slices_dir: str | Path, out_dir: str | Path, echo=print) -> dict[str, Any]:
+    """Validate every slice, write the three files, print the summary; raise if the gate is closed."""
+    cfg = ValidationConfig.from_params(params.extra.get("validation"))
+    slices = load_slices(slices_dir)
+    annotated, summary = decide(validate_slices(slices, cfg), cfg)
+    out_dir = Path(out_dir)
+    write(out_dir, annotated, summary, {"dataset": slices.meta.name, "config": _config_dict(cfg)})
+    echo((out_dir / "summary.md").read_text())
+    if not summary["passed"]:
+        raise ValidationFailed(failure_message(summary))
+    return summary
+
+
+def _config_dict(cfg: ValidationConfig) -> dict[str, Any]:
+    return {"min_rows": cfg.min_rows, "class_share": {"min": cfg.share_min, "max": cfg.share_max},
+            "relative": {"max_change": cfg.max_change}, "split_tolerance": cfg.split_tolerance,
+            "critical": list(cfg.critical), "override": list(cfg.override)}
+
+
+def overridden_checks(validation_dir: str | Path = "outputs/validation") -> list[str]:
+    """``["<slice>:<check>", ...]`` overridden in the last validation (for MLflow tags); [] if none."""
+    path = Path(validation_dir) / "summary.json"
+    if not path.exists():
+        return []
+    return [f"{i['slice']}:{i['expectation']}" for i in json.loads(path.read_text()).get("overridden", [])]

@@ -1,0 +1,235 @@
+"""``driftmatrix audit``: between-slice drift matrices, prevalence, plots, report, MLflow.
+
+Writes under ``outputs/audit/``: ``drift.json`` (everything), one CSV per K x K matrix
+(``<measure>.csv``, ``<measure>_pvalue.csv`` for MMD), ``prevalence.csv``, ``plots/label_drift.csv``
+and ``plots/prevalence.csv`` (DVC plots), ``figures/*.png`` and ``report.html``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+import pandas as pd
+
+from driftmatrix.audit import drift, figures, report
+from driftmatrix.audit.slices import Slices, axis_names, counts_by_slice, label_levels, load_slices
+from driftmatrix.config import ConfigError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AuditConfig:
+    """``params.yaml`` section ``audit:`` (all keys optional; see docs/audit.md)."""
+
+    smoothing_alpha: float = 0.5
+    top_n: int = 10_000
+    mmd_samples: int = 300
+    permutations: int = 200
+    image_size: int = 8
+    seed: int = 0
+    features: tuple[str, ...] = ()
+
+    @classmethod
+    def from_params(cls, raw: Mapping[str, Any] | None) -> "AuditConfig":
+        raw = dict(raw or {})
+        known = {f for f in cls.__dataclass_fields__}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(f"params.yaml: audit: unknown key(s) {unknown}; expected some of {sorted(known)}")
+        if "features" in raw:
+            raw["features"] = tuple(raw["features"] or ())
+        return cls(**raw)
+
+
+@dataclass
+class Measure:
+    """One K x K matrix; ``drift`` says how to read it as 'more = more drift'."""
+
+    name: str
+    title: str
+    unit: str
+    values: np.ndarray
+    pvalues: np.ndarray | None = None
+    higher_is_more_drift: bool = True
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def drift(self) -> np.ndarray:
+        return self.values if self.higher_is_more_drift else 1.0 - self.values
+
+
+def label_measures(counts: np.ndarray, cfg: AuditConfig) -> list[Measure]:
+    return [Measure("label_js", "Label shift: Jensen-Shannon divergence", "bits", drift.label_js_matrix(counts)),
+            Measure("label_kl", f"Label shift: KL(P_j || P_i), add-{cfg.smoothing_alpha:g} smoothing", "nats",
+                    drift.label_kl_matrix(counts, cfg.smoothing_alpha), info={"alpha": cfg.smoothing_alpha})]
+
+
+def mmd_measure(name: str, title: str, vectors: np.ndarray, slice_ids: np.ndarray, k: int, cfg: AuditConfig) -> Measure:
+    samples = [vectors[slice_ids == i] for i in range(k)]
+    values, pvalues, sigma = drift.mmd_matrix(samples, cfg.mmd_samples, cfg.permutations, cfg.seed)
+    return Measure(name, title, "MMD^2", values, pvalues,
+                   info={"bandwidth": sigma, "max_samples": cfg.mmd_samples, "permutations": cfg.permutations})
+
+
+def covariate_measures(slices: Slices, cfg: AuditConfig) -> list[Measure]:
+    rows, k = slices.rows, len(slices.specs)
+    ids = rows["slice"].to_numpy()
+    out = []
+    if "text" in rows:
+        vocabs = [drift.top_vocabulary(rows.loc[ids == i, "text"], cfg.top_n) for i in range(k)]
+        out.append(Measure("vocab_overlap", f"Covariate shift: top-{cfg.top_n} unigram vocabulary overlap", "overlap",
+                           drift.pairwise(vocabs, drift.vocabulary_overlap), higher_is_more_drift=False,
+                           info={"top_n": cfg.top_n, "sizes": [len(v) for v in vocabs]}))
+    if slices.images is not None:
+        pixels = drift.downsample_images(slices.images, cfg.image_size)
+        out.append(mmd_measure("mmd_pixels", f"Covariate shift: MMD on {cfg.image_size}x{cfg.image_size} pixels",
+                               pixels, ids, k, cfg))
+    for path in cfg.features:
+        feats = np.load(path, mmap_mode="r")
+        if len(feats) != len(rows):
+            raise ConfigError(f"audit.features: {path} has {len(feats)} rows, slices have {len(rows)}")
+        out.append(mmd_measure(f"mmd_{Path(path).stem}", f"Covariate shift: MMD on features {Path(path).stem}",
+                               np.asarray(feats, dtype=np.float32).reshape(len(feats), -1), ids, k, cfg))
+    return out
+
+
+def load_model_matrices(matrices_dir: Path, labels: list[str]) -> list[dict[str, Any]]:
+    """Model drift matrices re-indexed onto the audit's slices (NaN where a slice is missing)."""
+    out = []
+    for path in sorted(matrices_dir.glob("*.json")) if matrices_dir.is_dir() else []:
+        d = json.loads(path.read_text())
+        if "values" not in d or "slices" not in d:
+            continue
+        pos = {str(s): n for n, s in enumerate(d["slices"])}
+        vals = np.array([[np.nan if v is None else v for v in row] for row in d["values"]], float)
+        m = np.full((len(labels), len(labels)), np.nan)
+        for i, li in enumerate(labels):
+            for j, lj in enumerate(labels):
+                if li in pos and lj in pos:
+                    m[i, j] = vals[pos[li], pos[lj]]
+        out.append({"model": d.get("model", path.stem), "values": m, "higher_is_better": bool(d.get("higherIsBetter", True))})
+    return out
+
+
+def _frame(m: np.ndarray, labels: list[str]) -> pd.DataFrame:
+    return pd.DataFrame(m, index=pd.Index(labels, name="slice_i"), columns=labels)
+
+
+def _json_matrix(m: np.ndarray | None) -> list | None:
+    return None if m is None else [[None if not np.isfinite(v) else float(v) for v in row] for row in m]
+
+
+def _mean_future(m: np.ndarray) -> float:
+    vals = m[np.triu_indices(len(m), k=1)]
+    vals = vals[np.isfinite(vals)]
+    return float(vals.mean()) if vals.size else float("nan")
+
+
+def run(params: Any, slices_dir: str | Path, out_dir: str | Path, validation_dir: str | Path = "outputs/validation",
+        matrices_dir: str | Path = "outputs/matrices") -> dict[str, Any]:
+    cfg = AuditConfig.from_params(params.extra.get("audit"))
+    slices = load_slices(slices_dir, images=True)
+    labels, meta, k = slices.labels, slices.meta, len(slices.specs)
+    levels = label_levels(meta, slices.rows)
+    names = axis_names(meta, levels)
+    counts, n = counts_by_slice(slices.rows, meta, levels, k)
+    prev = drift.prevalence(counts, n)
+    measures = label_measures(counts, cfg) + covariate_measures(slices, cfg)
+    correlations = [{"model": mm["model"], "measure": ms.name, "higher_is_better": mm["higher_is_better"],
+                     **drift.correlate(ms.drift, mm["values"], mm["higher_is_better"])}
+                    for mm in load_model_matrices(Path(matrices_dir), labels) for ms in measures]
+
+    out = Path(out_dir)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
+    for ms in measures:
+        _frame(ms.values, labels).to_csv(out / f"{ms.name}.csv")
+        if ms.pvalues is not None:
+            _frame(ms.pvalues, labels).to_csv(out / f"{ms.name}_pvalue.csv")
+    prev_frame = pd.DataFrame(prev, columns=names).assign(index=range(k), slice=labels)[["index", "slice", *names]]
+    prev_frame.to_csv(out / "prevalence.csv", index=False)
+    prev_frame.to_csv(out / "plots" / "prevalence.csv", index=False)
+    curves = pd.DataFrame({"index": range(k), "slice": labels})
+    for ms in measures:
+        curves[f"{ms.name}_vs_first"] = ms.values[0]
+    curves.to_csv(out / "plots" / "label_drift.csv", index=False)
+
+    prevalence_label = {"multilabel": "positive rate per category", "regression": "share per rating level"}.get(
+        meta.task, "share per class")
+    result = {"dataset": meta.name, "task": meta.task, "slices": labels, "axis": names,
+              "counts": counts.tolist(), "n": n.tolist(), "prevalence": _json_matrix(prev),
+              "measures": {ms.name: {"title": ms.title, "unit": ms.unit, "values": _json_matrix(ms.values),
+                                     "pvalues": _json_matrix(ms.pvalues), "higher_is_more_drift": ms.higher_is_more_drift,
+                                     "mean_future": _mean_future(ms.values), **ms.info} for ms in measures},
+              "correlations": correlations}
+    (out / "drift.json").write_text(json.dumps(result, indent=2, default=float))
+
+    pngs = {ms.name: figures.heatmap(ms.values, labels, ms.title, ms.unit,
+                                     cmap="magma_r" if ms.higher_is_more_drift else "magma") for ms in measures}
+    pngs.update({f"{ms.name}_pvalue": figures.heatmap(ms.pvalues, labels, f"{ms.title}: permutation p-value",
+                                                      "p", cmap="viridis") for ms in measures if ms.pvalues is not None})
+    pngs["prevalence"] = figures.prevalence_lines(prev, labels, names, prevalence_label)
+    for name, png in pngs.items():
+        (out / "figures" / f"{name}.png").write_bytes(png)
+    html_text = build_report(meta.name, pngs, measures, correlations, Path(validation_dir))
+    (out / "report.html").write_text(html_text)
+    result["mlflow_run_id"] = log_to_mlflow(params, meta.name, cfg, measures, correlations, out)
+    return result
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def build_report(dataset: str, pngs: Mapping[str, bytes], measures: list[Measure], correlations: list[dict],
+                 validation_dir: Path) -> str:
+    results = _read_json(validation_dir / "results.json")
+    summary = _read_json(validation_dir / "summary.json")
+    drift_imgs = "".join(report.img(pngs[ms.name], ms.title) for ms in measures)
+    pvalue_imgs = "".join(report.img(png, name) for name, png in pngs.items() if name.endswith("_pvalue"))
+    scatters = [figures.scatter(c["drift"], c["drop"], c["measure"], "model drop M[i,i]-M[i,j]",
+                                f"{c['model']} (rho={c['spearman']:.2f})")
+                for c in correlations if c["spearman"] is not None][:6]
+    sections = [
+        ("Validation", report.validation_section(summary, results)),
+        ("Slices that tripped a check", report.tripped_section(results)),
+        ("Drift matrices", "<p class='note'>Rows = slice i, columns = slice j, time increases up and to the "
+                           "right (origin lower-left), as in the model drift matrices.</p>" + drift_imgs + pvalue_imgs),
+        ("Label prevalence over time", report.img(pngs["prevalence"], "prevalence")),
+        ("Data drift vs model accuracy drop", report.correlation_section(correlations, scatters)),
+    ]
+    return report.render(f"Data audit: {dataset}", sections)
+
+
+def log_to_mlflow(params: Any, dataset: str, cfg: AuditConfig, measures: list[Measure], correlations: list[dict],
+                  out: Path) -> str | None:
+    """Run ``audit · <dataset>`` tagged ``kind=audit``; skipped when no tracking is configured."""
+    try:
+        from driftmatrix.tracking import configure  # written by the tracking owner
+    except ImportError:
+        configure = None
+    if configure is None and not os.environ.get("MLFLOW_TRACKING_URI"):
+        log.info("audit: no driftmatrix.tracking and no MLFLOW_TRACKING_URI; MLflow logging skipped")
+        return None
+    import mlflow
+
+    if configure is not None:
+        configure(params.tracking)
+    else:
+        mlflow.set_experiment(params.tracking.experiment)
+    with mlflow.start_run(run_name=f"audit · {dataset}", tags={"kind": "audit", "dataset": dataset}) as run:
+        mlflow.log_params({"smoothing_alpha": cfg.smoothing_alpha, "top_n": cfg.top_n, "mmd_samples": cfg.mmd_samples,
+                           "permutations": cfg.permutations, "image_size": cfg.image_size})
+        metrics = {f"{ms.name}_mean_future": _mean_future(ms.values) for ms in measures}
+        metrics.update({f"spearman_{c['model']}_{c['measure']}": c["spearman"] for c in correlations
+                        if c["spearman"] is not None})
+        mlflow.log_metrics({k.replace(" ", "_"): v for k, v in metrics.items() if np.isfinite(v)})
+        mlflow.log_artifacts(str(out), artifact_path="audit")
+        return run.info.run_id

@@ -1,0 +1,293 @@
+"""Great Expectations suites per slice: one ephemeral context per run, no project folder.
+
+Three small batches are validated per slice, each with its own suite:
+
+- ``rows``: the slice's rows (schema, non-null fields, label value set, row count, timestamps
+  inside ``[start, end)``, unique ids);
+- ``schema``: one row per required column with its observed and accepted dtype kind (pandas
+  dtypes are summarised here because GX's type expectations do not know pandas 3 dtypes);
+- ``classes``: one row per class / category / rating level with its share in the slice, in the
+  cumulative history before it, and in the train and test splits. Shares, the change against the
+  history and the stratification gap are computed in pandas and checked with GX range
+  expectations on this derived frame.
+
+Every expectation carries ``meta = {"key", "bound"[, "observed"]}``; :func:`records` turns GX's
+results into the project's result format (see docs/audit.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from driftmatrix.audit.slices import Slices, axis_names, counts_by_slice, label_counts, label_levels
+from driftmatrix.config import ConfigError
+
+CHECKS = ("columns", "types", "not_null", "label_set", "split_set", "min_rows", "timestamp_in_period",
+          "unique_id", "classes_present", "class_share", "share_vs_history", "split_stratification")
+DEFAULT_CRITICAL = ("columns", "types", "not_null", "label_set", "split_set", "min_rows",
+                    "timestamp_in_period", "unique_id", "classes_present", "split_stratification")
+KINDS = {"string": "string", "datetime[UTC]": "datetime[UTC]", "integer": "integer", "numeric": "integer|float"}
+
+
+@dataclass(frozen=True)
+class ValidationConfig:
+    """``params.yaml`` section ``validation:`` (all keys optional; see docs/audit.md)."""
+
+    min_rows: int = 20
+    share_min: float = 0.0
+    share_max: float = 1.0
+    max_change: float | None = 0.25
+    split_tolerance: float = 0.1
+    critical: tuple[str, ...] = DEFAULT_CRITICAL
+    override: tuple[str, ...] = ()
+    label_values: tuple[Any, ...] | None = None
+    max_examples: int = 5
+
+    @classmethod
+    def from_params(cls, raw: Mapping[str, Any] | None) -> "ValidationConfig":
+        raw = dict(raw or {})
+        where = "params.yaml: validation"
+        known = {"min_rows", "class_share", "relative", "split_tolerance", "critical", "override", "label_values"}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
+        share = dict(raw.get("class_share") or {})
+        relative = dict(raw.get("relative") or {})
+        critical = raw.get("critical", list(DEFAULT_CRITICAL))
+        critical = list(CHECKS) if critical == "all" else list(critical or [])
+        bad = sorted(set(critical) - set(CHECKS))
+        if bad:
+            raise ConfigError(f"{where}.critical: unknown check(s) {bad}; expected some of {list(CHECKS)}")
+        override = raw.get("override", False)
+        if override is False or override is None:
+            override = []
+        if not isinstance(override, (list, tuple)) or not all(isinstance(o, str) and ":" in o for o in override):
+            raise ConfigError(f"{where}.override: expected false or a list of \"<slice>:<check>\" strings")
+        values = raw.get("label_values")
+        return cls(min_rows=int(raw.get("min_rows", cls.min_rows)),
+                   share_min=float(share.get("min", cls.share_min)), share_max=float(share.get("max", cls.share_max)),
+                   max_change=None if relative.get("max_change", cls.max_change) is None else float(relative.get("max_change", cls.max_change)),
+                   split_tolerance=float(raw.get("split_tolerance", cls.split_tolerance)),
+                   critical=tuple(critical), override=tuple(override),
+                   label_values=tuple(values) if values else None)
+
+    def is_critical(self, key: str) -> bool:
+        return key.split(":", 1)[0] in self.critical
+
+
+# --- pure helpers (pandas) ------------------------------------------------------------------
+def dtype_kind(series: pd.Series) -> str:
+    dt = series.dtype
+    if isinstance(dt, pd.DatetimeTZDtype):
+        return "datetime[UTC]" if str(dt.tz) == "UTC" else f"datetime[{dt.tz}]"
+    if pd.api.types.is_datetime64_dtype(dt):
+        return "datetime[naive]"
+    if pd.api.types.is_bool_dtype(dt):
+        return "bool"
+    if pd.api.types.is_integer_dtype(dt):
+        return "integer"
+    if pd.api.types.is_float_dtype(dt):
+        return "float"
+    if pd.api.types.is_string_dtype(dt):
+        return "string"
+    return str(dt)
+
+
+def expected_kinds(slices: Slices) -> dict[str, str]:
+    """Accepted dtype kind per required column ('a|b' = either)."""
+    meta = slices.meta
+    label_kind = KINDS["numeric"] if meta.task == "regression" else KINDS["integer"]
+    kinds = {"id": "string", "timestamp": "datetime[UTC]", "period": "string", "source": "string",
+             "slice": "integer", "split": "string"}
+    kinds.update({c: label_kind for c in meta.label_columns})
+    if meta.input_kind == "text":
+        kinds["text"] = "string"
+    return kinds
+
+
+def schema_frame(frame: pd.DataFrame, kinds: Mapping[str, str]) -> pd.DataFrame:
+    rows = []
+    for col, accepted in kinds.items():
+        observed = dtype_kind(frame[col]) if col in frame else "missing"
+        rows.append({"column": col, "expected": accepted, "observed": observed,
+                     "match": observed in accepted.split("|")})
+    return pd.DataFrame(rows)
+
+
+def class_frame(slices: Slices, index: int, levels: Sequence[Any], counts: np.ndarray, n: np.ndarray) -> pd.DataFrame:
+    """Per class of slice ``index``: share, share in the history before it, train/test shares.
+
+    ``counts``/``n`` are :func:`counts_by_slice` of all slices (computed once per run).
+    """
+    meta = slices.meta
+    frame = slices.frame(index)
+
+    def share(c: np.ndarray, total: float) -> np.ndarray:
+        return c / total if total > 0 else np.full(len(levels), np.nan)
+
+    hist = share(counts[:index].sum(axis=0), n[:index].sum()) if index > 0 else np.full(len(levels), np.nan)
+    parts = {s: frame[frame["split"] == s] for s in ("train", "test")}
+    split_shares = {s: share(label_counts(p, meta, levels), len(p)) for s, p in parts.items()}
+    gap = np.abs(split_shares["train"] - split_shares["test"])
+    gap = np.where(np.isnan(gap), 1.0, gap)  # an empty split cannot be stratified
+    out = pd.DataFrame({"class": axis_names(meta, levels), "share": share(counts[index], n[index]),
+                        "hist_share": hist, "train_share": split_shares["train"],
+                        "test_share": split_shares["test"], "split_gap": gap})
+    out["abs_change"] = (out["share"] - out["hist_share"]).abs()
+    return out
+
+
+def _rounded(values: Mapping[str, float]) -> dict[str, float | None]:
+    return {str(k): (None if v is None or (isinstance(v, float) and math.isnan(v)) else round(float(v), 4))
+            for k, v in values.items()}
+
+
+# --- GX ---------------------------------------------------------------------------------------
+class GXRunner:
+    """One ephemeral GX context with a whole-dataframe batch definition per frame kind."""
+
+    FRAMES = ("rows", "schema", "classes")
+
+    def __init__(self) -> None:
+        os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+        import great_expectations as gx
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        self.gx = gx
+        self.context = gx.get_context(mode="ephemeral")
+        self.context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        source = self.context.data_sources.add_pandas("driftmatrix-slices")
+        self.batch_definitions = {
+            name: source.add_dataframe_asset(name=name).add_batch_definition_whole_dataframe(f"{name}-whole")
+            for name in self.FRAMES}
+
+    def validate(self, frame_kind: str, frame: pd.DataFrame, name: str, expectations: list, index_columns: list[str],
+                 max_examples: int) -> list:
+        suite = self.gx.ExpectationSuite(name=name)
+        for e in expectations:
+            suite.add_expectation(e)
+        batch = self.batch_definitions[frame_kind].get_batch(batch_parameters={"dataframe": frame})
+        result = batch.validate(suite, result_format={"result_format": "SUMMARY",
+                                                      "partial_unexpected_count": max_examples,
+                                                      "unexpected_index_column_names": index_columns})
+        return list(result.results)
+
+
+def _expect(gx: Any, cls: str, key: str, bound: Any, observed: Any = None, **kwargs: Any) -> Any:
+    meta = {"key": key, "bound": bound}
+    if observed is not None:
+        meta["observed"] = observed
+    return getattr(gx.expectations, cls)(meta=meta, **kwargs)
+
+
+def rows_expectations(gx: Any, slices: Slices, spec: Mapping[str, Any], cfg: ValidationConfig,
+                      levels: Sequence[Any]) -> list:
+    meta = slices.meta
+    kinds = expected_kinds(slices)
+    start, end = pd.Timestamp(spec["start"]), pd.Timestamp(spec["end"])
+    start = start.tz_localize("UTC") if start.tzinfo is None else start.tz_convert("UTC")
+    end = end.tz_localize("UTC") if end.tzinfo is None else end.tz_convert("UTC")
+    out = [_expect(gx, "ExpectTableColumnsToMatchSet", "columns", f"includes {sorted(kinds)}",
+                   column_set=sorted(kinds), exact_match=False),
+           _expect(gx, "ExpectTableRowCountToBeBetween", "min_rows", f">= {cfg.min_rows}", min_value=cfg.min_rows),
+           _expect(gx, "ExpectColumnValuesToBeUnique", "unique_id", "no duplicate id", column="id"),
+           _expect(gx, "ExpectColumnValuesToBeBetween", "timestamp_in_period", f"[{start.isoformat()}, {end.isoformat()})",
+                   column="timestamp", min_value=start, max_value=end, strict_max=True),
+           _expect(gx, "ExpectColumnValuesToBeInSet", "split_set", "in ['test', 'train']", column="split",
+                   value_set=["train", "test"])]
+    for col in kinds:
+        out.append(_expect(gx, "ExpectColumnValuesToNotBeNull", f"not_null:{col}", "no nulls", column=col))
+    value_set = [_plain(v) for v in levels]
+    for col in meta.label_columns:
+        out.append(_expect(gx, "ExpectColumnValuesToBeInSet", f"label_set:{col}", f"in {value_set}",
+                           column=col, value_set=value_set))
+    return out
+
+
+def _plain(v: Any) -> Any:
+    return v.item() if hasattr(v, "item") else v
+
+
+def schema_expectations(gx: Any, schema: pd.DataFrame) -> list:
+    bad = schema[~schema["match"]]
+    observed = {r.column: r.observed for r in bad.itertuples()} or "all columns as expected"
+    return [_expect(gx, "ExpectColumnValuesToBeInSet", "types", dict(zip(schema["column"], schema["expected"])),
+                    observed=observed, column="match", value_set=[True])]
+
+
+def class_expectations(gx: Any, classes: pd.DataFrame, index: int, cfg: ValidationConfig) -> list:
+    shares = dict(zip(classes["class"], classes["share"]))
+    out = [_expect(gx, "ExpectColumnValuesToBeBetween", "classes_present", "share > 0 for every class",
+                   observed=_rounded(shares), column="share", min_value=0.0, strict_min=True),
+           _expect(gx, "ExpectColumnValuesToBeBetween", "class_share", {"min": cfg.share_min, "max": cfg.share_max},
+                   observed=_rounded(shares), column="share", min_value=cfg.share_min, max_value=cfg.share_max),
+           _expect(gx, "ExpectColumnValuesToBeBetween", "split_stratification",
+                   f"|train share - test share| <= {cfg.split_tolerance}",
+                   observed=_rounded(dict(zip(classes["class"], classes["split_gap"]))),
+                   column="split_gap", max_value=cfg.split_tolerance)]
+    if index > 0 and cfg.max_change is not None:
+        out.append(_expect(gx, "ExpectColumnValuesToBeBetween", "share_vs_history",
+                           f"|share - cumulative history share| <= {cfg.max_change}",
+                           observed=_rounded(dict(zip(classes["class"], classes["abs_change"]))),
+                           column="abs_change", max_value=cfg.max_change))
+    return out
+
+
+def _jsonable(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def record(res: Any, cfg: ValidationConfig) -> dict[str, Any]:
+    """One GX expectation result in the project's format (never the whole frame)."""
+    meta = res.expectation_config.meta or {}
+    r = res.result or {}
+    key = meta["key"]
+    if "observed" in meta:
+        observed = meta["observed"]
+    elif "observed_value" in r:
+        observed = r["observed_value"]
+    elif "unexpected_count" in r:
+        observed = f"{r['unexpected_count']} of {r.get('element_count')} rows"
+    else:
+        observed = None
+    examples = r.get("partial_unexpected_index_list") or r.get("partial_unexpected_list") or \
+        r.get("partial_missing_list") or []
+    error = (res.exception_info or {}).get("exception_message") if (res.exception_info or {}).get("raised_exception") else None
+    if error:
+        observed = f"error: {error}"
+    return {"expectation": key, "gx": res.expectation_config.type, "success": bool(res.success) and not error,
+            "observed": _jsonable(observed), "bound": _jsonable(meta.get("bound")),
+            "critical": cfg.is_critical(key), "examples": _jsonable(list(examples)[: cfg.max_examples])}
+
+
+def validate_slices(slices: Slices, cfg: ValidationConfig, runner: GXRunner | None = None) -> list[dict[str, Any]]:
+    """Validate every slice; returns ``[{"index", "label", "n", "expectations": [record, ...]}]``."""
+    runner = runner or GXRunner()
+    gx = runner.gx
+    levels = label_levels(slices.meta, slices.rows, cfg.label_values)
+    kinds = expected_kinds(slices)
+    counts, n = counts_by_slice(slices.rows, slices.meta, levels, len(slices.specs))
+    out = []
+    for spec in slices.specs:
+        i, label = int(spec["index"]), str(spec["label"])
+        frame = slices.frame(i).reset_index(drop=True)
+        classes = class_frame(slices, i, levels, counts, n)
+        schema = schema_frame(frame, kinds)
+        results = []
+        if set(kinds) <= set(frame.columns):
+            results += runner.validate("rows", frame, f"{label}-rows", rows_expectations(gx, slices, spec, cfg, levels),
+                                       ["id"], cfg.max_examples)
+        results += runner.validate("schema", schema, f"{label}-schema", schema_expectations(gx, schema),
+                                   ["column", "expected", "observed"], cfg.max_examples)
+        results += runner.validate("classes", classes, f"{label}-classes", class_expectations(gx, classes, i, cfg),
+                                   ["class"], cfg.max_examples)
+        records = sorted((record(r, cfg) for r in results), key=lambda rec: rec["expectation"])
+        out.append({"index": i, "label": label, "n": int(len(frame)), "expectations": records})
+    return out
