@@ -74,3 +74,16 @@ def crossovers(leading: list[HorizonScore]) -> list[Crossover]:
     """Horizons (1-based, as in ``leaders``) where the leading model changes."""
     return [Crossover(h + 1, leading[h - 1].model, leading[h].model)
             for h in range(1, len(leading)) if leading[h].model != leading[h - 1].model]
+
+
+def leader_spans(lead: list[HorizonScore], first: int = 1) -> list[tuple[str, str, float, float]]:
+    """Runs of consecutive horizons (or lags, numbered from ``first``) with the same leader:
+    (span label, model, score at the start of the run, score at its end)."""
+    rows, start = [], 0
+    for k in range(1, len(lead) + 1):
+        if k == len(lead) or lead[k].model != lead[start].model:
+            a, b = start + first, k - 1 + first
+            rows.append((str(a) if a == b else f"{a}-{b}", lead[start].model,
+                         lead[start].mean, lead[k - 1].mean))
+            start = k
+    return rows

@@ -69,18 +69,6 @@ def horizon_ranking(cohort, horizon: int) -> str:
     return head + "\n" + table(["rank", "model", "family", "expected", "seed std"], rows, d)
 
 
-def _leader_spans(lead, first: int) -> list[tuple]:
-    """Runs of consecutive positions with the same leader: (span, model, value at start, at end)."""
-    rows, start = [], 0
-    for k in range(1, len(lead) + 1):
-        if k == len(lead) or lead[k].model != lead[start].model:
-            a, b = start + first, k - 1 + first
-            rows.append((str(a) if a == b else f"{a}-{b}", lead[start].model,
-                         lead[start].mean, lead[k - 1].mean))
-            start = k
-    return rows
-
-
 def horizon_leaders(cohort) -> str:
     """Leader per horizon (as ranges), the crossovers, and the leader per lag for contrast."""
     from driftmatrix.analysis import advisor
@@ -88,7 +76,7 @@ def horizon_leaders(cohort) -> str:
     d = decimals_for(cohort.unit)
     fam = cohort.families
     lead = advisor.leaders(cohort.curves, cohort.higher_is_better)
-    rows = [(span, m, fam.get(m) or "-", a, b) for span, m, a, b in _leader_spans(lead, 1)]
+    rows = [(span, m, fam.get(m) or "-", a, b) for span, m, a, b in advisor.leader_spans(lead, 1)]
     out = [f"Best model by retraining horizon H (retrain every H periods; expected {cohort.metric} ="
            f" mean of the forgetting curve over lags 0..H-1):",
            table(["H", "leader", "family", "expected at first H", "at last H"], rows, d),
@@ -96,7 +84,7 @@ def horizon_leaders(cohort) -> str:
     cross = advisor.crossovers(lead)
     out += [f"  H={c.horizon}: {c.previous} -> {c.to}" for c in cross] or ["  none"]
     lag_rows = [(span, m, fam.get(m) or "-", a, b)
-                for span, m, a, b in _leader_spans(advisor.lag_leaders(cohort.curves,
+                for span, m, a, b in advisor.leader_spans(advisor.lag_leaders(cohort.curves,
                                                                        cohort.higher_is_better), 0)]
     out += ["", f"For contrast, the best model at each lag L (a model L periods old; "
                 f"forgetting curve F(L)):",

@@ -1,0 +1,147 @@
+"""One self-contained HTML report of a cohort of drift matrices.
+
+Figures are PNGs inlined as base64 data URIs; there is no script, stylesheet or font from
+anywhere else, so the file can be mailed, archived as an MLflow artifact, or opened offline.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+from driftmatrix.analysis import advisor
+from driftmatrix.reporting import figures
+from driftmatrix.reporting.text import decimals_for
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;
+max-width:1100px;color:#222;line-height:1.4;padding:0 1em}
+h1{font-size:1.6em;margin-bottom:.2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}
+table{border-collapse:collapse;margin:.6em 0 1.2em;font-size:.85em}
+th,td{border:1px solid #ddd;padding:.25em .6em;text-align:right}th{background:#f4f4f4}
+td.l,th.l{text-align:left}figure{margin:1em 0}img{max-width:100%;height:auto;border:1px solid #eee}
+figcaption{font-size:.85em;color:#555}.meta{color:#666;font-size:.9em}
+.cutoffs{display:flex;flex-wrap:wrap;gap:1.2em}.cutoffs>div{flex:0 0 auto}
+nav a{margin-right:1em}
+"""
+
+
+def _num(v, d: int) -> str:
+    return "&ndash;" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{d}f}"
+
+
+def _table(headers, rows, d: int, td_col: int | None = None) -> str:
+    """HTML table; floats at ``d`` decimals, except column ``td_col`` (TD slopes) at d + 2."""
+    def cell(v, tag, k=None):
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            text = _num(v, d + 2 if k == td_col else d) if isinstance(v, float) else str(v)
+            return f"<{tag}>{text}</{tag}>"
+        return f'<{tag} class="l">{html.escape("" if v is None else str(v))}</{tag}>'
+
+    head = "".join(f'<th class="l">{html.escape(h)}</th>' for h in headers)
+    body = "".join("<tr>" + "".join(cell(v, "td", k) for k, v in enumerate(r)) + "</tr>" for r in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _img(png: bytes, alt: str) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
+
+
+def _sections(cohort, audit_href: str | None, dpi: int) -> list[tuple[str, str, str]]:
+    """(anchor, title, html body) of every report section."""
+    d = decimals_for(cohort.unit)
+    fam = cohort.families
+    s = cohort.summaries
+    out = []
+    rows = [(k + 1, m, fam[m] or "-", s[m].in_distribution, s[m].future, s[m].decay, s[m].backward,
+             s[m].td_score) for k, m in enumerate(cohort.rank_by_future())]
+    out.append(("summary", "Summary by model", (
+        f"<p>Ordered by future score. In-distribution = mean of the diagonal M<sub>ii</sub>; future = "
+        f"mean of the cells j &gt; i; decay = in-distribution &minus; future, oriented so that positive "
+        f"is worse; backward = mean of the cells j &lt; i; TD = temporal-degradation slope "
+        f"({html.escape(cohort.unit or cohort.metric)} per slice of misalignment).</p>"
+        + _table(["rank", "model", "family", "in-distribution", "future", "decay", "backward", "TD score"],
+                 rows, d, td_col=7))))
+    out.append(("robustness", "Temporal robustness (by decay)", _table(
+        ["model", "family", "future", "decay"],
+        [(m, fam[m] or "-", f, dec) for m, f, dec in cohort.robustness()], d)))
+    blocks = []
+    for i in cohort.cutoff_indices:
+        t = [(r, m, a, b, c) for r, m, a, b, c in cohort.cutoff_table(i)]
+        blocks.append(f"<div><h3>Trained up to {html.escape(cohort.slices[i])}</h3>"
+                      + _table(["rank", "model", "M_ii", "future", "decay"], t, d) + "</div>")
+    out.append(("cutoffs", "Per-cutoff view", "<p>Cutoffs spread evenly over all slices but the "
+                "last; models ordered by their mean over the later slices.</p>"
+                f'<div class="cutoffs">{"".join(blocks)}</div>'))
+    fc = cohort.family_cutoffs()
+    labels = [cohort.slices[i] for i in cohort.cutoff_indices]
+    heads = ["family"] + [f"{lab} {what}" for lab in labels for what in ("future", "decay")]
+    fam_rows = [(f,) + tuple(v for cell in cells for v in cell) for f, cells in fc.items()]
+    fs = cohort.family_summary()
+    out.append(("families", "By family", _table(heads, fam_rows, d) + _table(
+        ["family", "in-distribution", "future", "decay", "TD score"],
+        [(f, v["in_distribution"], v["future"], v["decay"], v["td_score"]) for f, v in fs.items()], d,
+        td_col=4)))
+    lead = advisor.leaders(cohort.curves, cohort.higher_is_better)
+    spans = [(span, m, fam[m] or "-", a, b) for span, m, a, b in advisor.leader_spans(lead, 1)]
+    cross = advisor.crossovers(lead)
+    lag_spans = [(span, m, fam[m] or "-", a, b) for span, m, a, b in
+                 advisor.leader_spans(advisor.lag_leaders(cohort.curves, cohort.higher_is_better), 0)]
+    out.append(("advisor", "Retraining-horizon advisor", (
+        "<p>A model retrained every H slices is scored at lags 0..H&minus;1, so its expected score is "
+        "the mean of its forgetting curve over those lags. Best model for each H:</p>"
+        + _table(["H", "leader", "family", "expected at first H", "at last H"], spans, d)
+        + "<p>Crossovers: " + (", ".join(f"H={c.horizon}: {html.escape(c.previous)} &rarr; "
+                                         f"{html.escape(c.to)}" for c in cross) or "none") + ".</p>"
+        + "<p>For contrast, the best model at each lag L (the score of a model L slices old):</p>"
+        + _table(["L", "leader", "family", "F at first L", "at last L"], lag_spans, d))))
+    figs = "".join(
+        f'<figure id="fig-{key}">{_img(figures.png_bytes(fig, dpi if key not in ("matrices", "deviations") else dpi - 15), key)}'
+        f"<figcaption>{html.escape(caption)}</figcaption></figure>"
+        for key, caption, fig in figures.cohort_figures(cohort))
+    out.append(("figures", "Figures", figs))
+    if audit_href:
+        out.append(("audit", "Data audit", f'<p>The data audit of this dataset (label and input drift '
+                    f'between slices) is in a separate report: <a href="{html.escape(audit_href)}">'
+                    f"{html.escape(audit_href)}</a>.</p>"))
+    return out
+
+
+def render(cohort, title: str | None = None, audit_href: str | None = None, dpi: int = 85) -> str:
+    """The whole report as one HTML string."""
+    title = title or f"Drift matrices: {cohort.first.dataset or 'dataset'}"
+    k = len(cohort.slices)
+    seeds = sorted({m.n_seeds for m in cohort.models.values()})
+    meta = (f"{len(cohort.models)} models &middot; {k} slices ({html.escape(cohort.slices[0])} to "
+            f"{html.escape(cohort.slices[-1])}) &middot; metric {html.escape(cohort.metric)}"
+            f"{' (' + html.escape(cohort.unit) + ')' if cohort.unit else ''}, "
+            f"{'higher' if cohort.higher_is_better else 'lower'} is better &middot; seeds per model: "
+            f"{', '.join(map(str, seeds))} &middot; generated "
+            f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
+    sections = _sections(cohort, audit_href, dpi)
+    nav = "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in sections)
+    body = "".join(f'<section id="{a}"><h2>{html.escape(t)}</h2>{b}</section>' for a, t, b in sections)
+    return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
+            f"</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+            f'<p class="meta">{meta}</p><nav>{nav}</nav>{body}</body></html>')
+
+
+def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = None,
+        title: str | None = None, cohort=None) -> Path:
+    """Write the report of a folder of drift-matrix JSON (or of an already built cohort)."""
+    from driftmatrix.analysis import matrixfile
+    from driftmatrix.analysis.tables import Cohort
+
+    out = Path(out)
+    cohort = cohort or Cohort(matrixfile.load_folder(matrices_dir))
+    href = None
+    if audit and Path(audit).exists():
+        href = os.path.relpath(Path(audit).resolve(), out.resolve().parent)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(render(cohort, title, href), encoding="utf-8")
+    return out
