@@ -168,7 +168,8 @@ def read_amazon(path: str | Path, name: str = "amazon-reviews-2023", strict: boo
 def _result(builder: TableBuilder, name: str, scope: Scope, report: IngestReport) -> IngestResult:
     if not len(builder):
         raise DataError(f"amazon reader: no review kept ({report.summary()})")
-    table = builder.frame(label_dtype="float64")
+    table = builder.frame(label_dtype="float64").sort_values(["timestamp", "id"], kind="stable")
+    table = table.reset_index(drop=True)
     meta = DatasetMeta(name=name, task="regression", input_kind="text", label_columns=("label",),
                        class_names=tuple(str(r) for r in RATINGS), period=scope.period)
     return IngestResult(table=table, meta=meta, report=report)
