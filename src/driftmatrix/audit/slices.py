@@ -55,16 +55,21 @@ def load_slices(slices_dir: str | Path, images: bool = False) -> Slices:
 
 
 def label_levels(meta: DatasetMeta, rows: pd.DataFrame, declared: Sequence[Any] | None = None) -> list[Any]:
-    """The values the label may take: class indices, 0/1 (multilabel) or rating levels."""
+    """The label axis: class indices, category columns (multilabel) or rating levels."""
+    if meta.task == "multilabel":
+        return list(meta.label_columns)
     if declared:
         return list(declared)
-    if meta.task == "multilabel":
-        return [0, 1]
     if meta.task == "regression":
         return sorted({float(v) for v in rows["label"].dropna().unique()})
     if meta.class_names:
         return list(range(len(meta.class_names)))
     return sorted(int(v) for v in rows["label"].dropna().unique())
+
+
+def allowed_values(meta: DatasetMeta, levels: Sequence[Any]) -> list[Any]:
+    """Values a label column may hold: 0/1 per category (multilabel), else the axis levels."""
+    return [0, 1] if meta.task == "multilabel" else list(levels)
 
 
 def axis_names(meta: DatasetMeta, levels: Sequence[Any]) -> list[str]:

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from driftmatrix.audit.slices import Slices, axis_names, counts_by_slice, label_counts, label_levels
+from driftmatrix.audit.slices import Slices, allowed_values, axis_names, counts_by_slice, label_counts, label_levels
 from driftmatrix.config import ConfigError
 
 CHECKS = ("columns", "types", "not_null", "label_set", "split_set", "min_rows", "timestamp_in_period",
@@ -204,7 +204,7 @@ def rows_expectations(gx: Any, slices: Slices, spec: Mapping[str, Any], cfg: Val
                    value_set=["train", "test"])]
     for col in kinds:
         out.append(_expect(gx, "ExpectColumnValuesToNotBeNull", f"not_null:{col}", "no nulls", column=col))
-    value_set = [_plain(v) for v in levels]
+    value_set = [_plain(v) for v in allowed_values(meta, levels)]
     for col in meta.label_columns:
         out.append(_expect(gx, "ExpectColumnValuesToBeInSet", f"label_set:{col}", f"in {value_set}",
                            column=col, value_set=value_set))

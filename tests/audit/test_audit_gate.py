@@ -1,0 +1,139 @@
+"""The Great Expectations gate: clean slices pass, a slice corrupted on purpose fails with a
+message naming it, the documented override lets it through and is recorded."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from driftmatrix.audit import gate
+from driftmatrix.audit.synthetic import make_slices, write_slices
+from driftmatrix.audit.validation import ValidationConfig
+from driftmatrix.cli import app
+from driftmatrix.config import ConfigError, parse_params
+
+BAD = "2002"  # label of slice 2, the one corrupted below
+BROKEN = ["classes_present", "timestamp_in_period", "unique_id"]
+
+
+def _params(validation=None):
+    raw = {"models": {"MLP-S": {}}}
+    if validation is not None:
+        raw["validation"] = validation
+    return raw
+
+
+def _corrupted(tmp_path, dup_rows=5):
+    rows, manifest, _ = make_slices(k=4, per_slice=120, task="multiclass", n_classes=3)
+    in_bad = rows["slice"] == 2
+    rows = rows[~(in_bad & (rows["label"] == 1))].copy()                       # one class removed
+    outside = rows.index[rows["slice"] == 2][-3:]
+    rows.loc[outside, "timestamp"] = pd.Timestamp("1999-06-01", tz="UTC")      # outside the period
+    block = rows[rows["slice"] == 2].iloc[:dup_rows]                           # a duplicated block
+    rows = pd.concat([rows, block]).sort_values(["slice", "id"], kind="stable").reset_index(drop=True)
+    return write_slices(tmp_path / "slices", rows, manifest)
+
+
+def _run(tmp_path, slices, validation=None):
+    return gate.run(parse_params(_params(validation)), slices, tmp_path / "validation", echo=lambda _: None)
+
+
+def test_clean_slices_pass_and_results_have_the_documented_shape(tmp_path):
+    rows, manifest, _ = make_slices(k=3, per_slice=100, task="binary")
+    summary = _run(tmp_path, write_slices(tmp_path / "slices", rows, manifest))
+    assert summary == {"passed": True, "failures": [], "overridden": [], "warnings": []}
+    results = json.loads((tmp_path / "validation" / "results.json").read_text())
+    assert [s["label"] for s in results["slices"]] == ["2000", "2001", "2002"]
+    first = results["slices"][0]["expectations"]
+    keys = {r["expectation"] for r in first}
+    assert {"columns", "types", "not_null:label", "label_set:label", "min_rows", "timestamp_in_period",
+            "unique_id", "classes_present", "class_share", "split_stratification"} <= keys
+    assert "share_vs_history" in {r["expectation"] for r in results["slices"][1]["expectations"]}
+    for r in first:
+        assert set(r) >= {"expectation", "success", "observed", "bound", "critical", "examples", "status"}
+    assert "| 2000 | 100 |" in (tmp_path / "validation" / "summary.md").read_text()
+    assert gate.overridden_checks(tmp_path / "validation") == []
+
+
+def test_corrupted_slice_fails_the_gate_naming_slice_check_observed_and_bound(tmp_path):
+    slices = _corrupted(tmp_path, dup_rows=20)
+    with pytest.raises(gate.ValidationFailed) as err:
+        _run(tmp_path, slices)
+    msg = str(err.value)
+    for check in BROKEN:
+        assert f"slice {BAD}: {check} failed" in msg
+    assert "observed" in msg and "bound" in msg and "2002-01-01T00:00:00+00:00" in msg
+    assert "slice 2001" not in msg and "slice 2003" not in msg
+    summary = json.loads((tmp_path / "validation" / "summary.json").read_text())
+    assert summary["passed"] is False
+    assert sorted(f["expectation"] for f in summary["failures"]) == BROKEN
+    results = json.loads((tmp_path / "validation" / "results.json").read_text())
+    dup = next(r for r in results["slices"][2]["expectations"] if r["expectation"] == "unique_id")
+    assert len(dup["examples"]) == 5 and dup["observed"].startswith("40 of")   # bounded examples
+    ts = next(r for r in results["slices"][2]["expectations"] if r["expectation"] == "timestamp_in_period")
+    assert any("1999-06-01" in json.dumps(e) for e in ts["examples"])
+
+
+def test_override_lets_the_corrupted_slice_through_and_is_recorded(tmp_path):
+    slices = _corrupted(tmp_path)
+    override = [f"{BAD}:{c}" for c in BROKEN]
+    summary = _run(tmp_path, slices, {"override": override})
+    assert summary["passed"] is True and summary["failures"] == []
+    recorded = json.loads((tmp_path / "validation" / "summary.json").read_text())["overridden"]
+    assert [(o["slice"], o["expectation"]) for o in recorded] == [(BAD, c) for c in BROKEN]
+    assert all({"observed", "bound"} <= set(o) for o in recorded)
+    assert gate.overridden_checks(tmp_path / "validation") == override
+    # an override for a different slice does not help
+    with pytest.raises(gate.ValidationFailed):
+        _run(tmp_path, slices, {"override": [f"2001:{c}" for c in BROKEN]})
+
+
+def test_cli_exits_nonzero_then_zero_with_override(tmp_path, monkeypatch):
+    slices = _corrupted(tmp_path)
+    params = tmp_path / "params.yaml"
+    params.write_text(yaml.safe_dump(_params()))
+    args = ["validate", "--params", str(params), "--slices", str(slices), "--out", str(tmp_path / "v")]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 1
+    assert f"slice {BAD}: unique_id failed" in res.output
+    params.write_text(yaml.safe_dump(_params({"override": ["*:classes_present", f"{BAD}:timestamp_in_period",
+                                                           f"{BAD}:unique_id"]})))
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "Overridden" in res.output
+
+
+def test_non_critical_share_checks_warn_without_closing_the_gate(tmp_path):
+    rows, manifest, _ = make_slices(k=4, per_slice=150, task="multiclass", n_classes=3, label_shift=0.8)
+    slices = write_slices(tmp_path / "slices", rows, manifest)
+    summary = _run(tmp_path, slices, {"relative": {"max_change": 0.05}, "class_share": {"min": 0.2, "max": 0.6}})
+    assert summary["passed"] is True
+    warned = {w["expectation"] for w in summary["warnings"]}
+    assert warned == {"share_vs_history", "class_share"}
+    with pytest.raises(gate.ValidationFailed, match="share_vs_history"):
+        _run(tmp_path, slices, {"relative": {"max_change": 0.05}, "critical": ["share_vs_history"]})
+
+
+@pytest.mark.parametrize("task", ["multilabel", "regression"])
+def test_other_tasks_pass_when_clean_and_catch_bad_label_values(tmp_path, task):
+    rows, manifest, _ = make_slices(k=3, per_slice=100, task=task, n_classes=3)
+    slices = write_slices(tmp_path / "slices", rows, manifest)
+    assert _run(tmp_path, slices)["passed"]
+    col = "label_c1" if task == "multilabel" else "label"
+    rows.loc[rows.index[:2], col] = 7
+    slices = write_slices(tmp_path / "slices", rows, manifest)
+    with pytest.raises(gate.ValidationFailed, match=f"slice 2000: label_set:{col} failed"):
+        _run(tmp_path, slices, {"label_values": [1.0, 2.0, 3.0, 4.0, 5.0]} if task == "regression" else None)
+
+
+def test_wrong_dtype_and_bad_config_are_reported(tmp_path):
+    rows, manifest, _ = make_slices(k=2, per_slice=60)
+    rows["timestamp"] = rows["timestamp"].dt.tz_localize(None)
+    with pytest.raises(gate.ValidationFailed, match="types failed.*timestamp"):
+        _run(tmp_path, write_slices(tmp_path / "slices", rows, manifest))
+    with pytest.raises(ConfigError, match="min_row"):
+        ValidationConfig.from_params({"min_row": 3})
+    with pytest.raises(ConfigError, match="override"):
+        ValidationConfig.from_params({"override": "2002"})

@@ -1,0 +1,108 @@
+"""`driftmatrix audit` end to end: files, plots, correlation with a model matrix, MLflow, report."""
+
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from driftmatrix.audit import gate, stage
+from driftmatrix.audit.synthetic import make_slices, write_slices
+from driftmatrix.config import parse_params
+
+K = 5
+AUDIT = {"mmd_samples": 80, "permutations": 50, "image_size": 4, "top_n": 100}
+
+
+@pytest.fixture(scope="module")
+def audited(tmp_path_factory):
+    """An image dataset with label and covariate shift, validated, with a model matrix, audited
+    (once per module: a fresh MLflow sqlite store alone costs several seconds)."""
+    tmp_path = tmp_path_factory.mktemp("audit")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(tmp_path)
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+        yield _audit(tmp_path)
+
+
+def _audit(tmp_path):
+    rows, manifest, images = make_slices(k=K, per_slice=100, input_kind="image", label_shift=0.5,
+                                         covariate_shift=8.0)
+    slices = write_slices(tmp_path / "slices", rows, manifest, images)
+    params = parse_params({"models": {"MLP-S": {}}, "audit": AUDIT, "tracking": {"experiment": "audit-test"}})
+    gate.run(params, slices, tmp_path / "validation", echo=lambda _: None)
+    d = np.abs(np.subtract.outer(np.arange(K), np.arange(K)))
+    values = (90.0 - 4 * d).tolist()
+    values[0][K - 1] = None                       # an empty cell is left out, not fatal
+    labels = [s["label"] for s in manifest["slices"]]
+    (tmp_path / "matrices").mkdir()
+    (tmp_path / "matrices" / "MLP-S.json").write_text(json.dumps(
+        {"dataset": "synthetic", "model": "MLP-S", "metric": "accuracy", "higherIsBetter": True,
+         "slices": labels, "values": values}))
+    result = stage.run(params, slices, tmp_path / "audit", tmp_path / "validation", tmp_path / "matrices")
+    return tmp_path, result
+
+
+def test_audit_writes_matrices_plots_and_json(audited):
+    tmp, result = audited
+    out = tmp / "audit"
+    assert set(result["measures"]) == {"label_js", "label_kl", "mmd_pixels"}
+    js = pd.read_csv(out / "label_js.csv", index_col=0)
+    assert js.shape == (K, K) and list(js.index.astype(str)) == list(js.columns)
+    assert np.all(np.diff(js.iloc[0].to_numpy()) > 0)
+    pv = pd.read_csv(out / "mmd_pixels_pvalue.csv", index_col=0).to_numpy()
+    assert pv[0, -1] < 0.05 and np.allclose(np.diag(pv), 1)
+    curves = pd.read_csv(out / "plots" / "label_drift.csv")
+    assert list(curves.columns) == ["index", "slice", "label_js_vs_first", "label_kl_vs_first", "mmd_pixels_vs_first"]
+    prev = pd.read_csv(out / "plots" / "prevalence.csv")
+    assert list(prev.columns) == ["index", "slice", "class0", "class1"]
+    assert np.allclose(prev[["class0", "class1"]].sum(axis=1), 1)
+    assert prev["class1"].is_monotonic_increasing        # label shift injected towards class 1
+    saved = json.loads((out / "drift.json").read_text())
+    assert saved["measures"]["mmd_pixels"]["bandwidth"] > 0
+    assert len(list((out / "figures").glob("*.png"))) == 5
+
+
+def test_audit_correlates_data_drift_with_model_drop(audited):
+    _, result = audited
+    corr = {c["measure"]: c for c in result["correlations"] if c["model"] == "MLP-S"}
+    assert corr["label_js"]["n"] == K * (K - 1) // 2 - 1
+    assert corr["label_js"]["spearman"] > 0.8 and corr["mmd_pixels"]["spearman"] > 0.8
+
+
+def test_audit_logs_an_mlflow_run(audited):
+    from mlflow import MlflowClient
+
+    tmp, result = audited
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("audit-test").experiment_id])
+    assert [r.info.run_id for r in runs] == [result["mlflow_run_id"]]
+    run = runs[0]
+    assert run.info.run_name == "audit · synthetic" and run.data.tags["kind"] == "audit"
+    assert "label_js_mean_future" in run.data.metrics
+
+
+def test_report_is_self_contained(audited):
+    tmp, _ = audited
+    text = (tmp / "audit" / "report.html").read_text()
+    assert text.count("data:image/png;base64,") == 8  # 3 matrices, 1 p-value map, prevalence, 3 scatters
+    assert "http://" not in text and "https://" not in text and "<script" not in text
+    for heading in ("Validation", "Slices that tripped a check", "Drift matrices", "Label prevalence",
+                    "Data drift vs model accuracy drop", "Spearman"):
+        assert heading in text
+
+
+CHROMIUM = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="no headless chromium on this machine")
+def test_report_loads_in_headless_chromium(audited):
+    tmp, _ = audited
+    report = tmp / "audit" / "report.html"
+    proc = subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                           f"--user-data-dir={tmp / 'chrome'}", "--dump-dom", report.as_uri()],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Data audit: synthetic" in proc.stdout and proc.stdout.count("<img") == 8
