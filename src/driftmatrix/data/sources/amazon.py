@@ -12,20 +12,21 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, NamedTuple
 
-from driftmatrix.data.jsonl import BAD_LABEL, BAD_TIME, DUPLICATE, MISSING, Drop, parse_records, stream_jsonl
-from driftmatrix.data.sources.common import (TableBuilder, as_list, check_scope, end_of_scope, from_epoch,
-                                             join_inputs, parse_date, period_label, take_options)
-from driftmatrix.data.sources.sampling import StratifiedSampler, proportional_quotas
+from driftmatrix.data.jsonl import BAD_LABEL, BAD_TIME, DUPLICATE, EMPTY, MISSING, Drop, parse_records, stream_jsonl
+from driftmatrix.data.sources.common import (PeriodClock, TableBuilder, as_list, end_of_scope, join_inputs,
+                                             parse_date, take_options)
+from driftmatrix.data.sources.sampling import StratifiedSampler
 from driftmatrix.data.table import DataError, DatasetMeta, IngestReport, IngestResult
 
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".jsonl.gz", ".jsonl", ".json.gz", ".json")
 RATINGS = (1, 2, 3, 4, 5)
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 DEFAULTS: dict[str, Any] = {
     "categories": 7,            # an int = the first N present (alphabetical), or a list of names
     "start": "2014-01-01",
@@ -39,10 +40,9 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-@dataclass(frozen=True)
-class Review:
+class Review(NamedTuple):
     id: str
-    time: datetime
+    ms: int          # epoch milliseconds
     period: str
     rating: int
     text: str
@@ -50,9 +50,7 @@ class Review:
 
 @dataclass(frozen=True)
 class Scope:
-    start: datetime
-    stop: datetime
-    period: str
+    clock: PeriodClock
     input_fields: tuple[str, ...]
 
 
@@ -95,19 +93,22 @@ def parse_review(obj: dict[str, Any], category: str, scope: Scope) -> Review:
         if obj.get(name) is None:
             raise Drop(MISSING, name)
     ts = obj["timestamp"]
-    if isinstance(ts, bool) or not isinstance(ts, (int, float)) or ts < 0:
-        raise Drop(BAD_TIME, "timestamp", f"{str(ts)[:40]!r} is not epoch milliseconds")
-    try:
-        t = from_epoch(ts, "ms")
-    except (OverflowError, OSError, ValueError) as exc:
-        raise Drop(BAD_TIME, "timestamp", f"{ts!r}: {exc}") from None
-    check_scope(t, scope.start, scope.stop, "timestamp")
+    if type(ts) is not int:
+        if isinstance(ts, bool) or not isinstance(ts, float) or ts != ts or abs(ts) > 1e15:
+            raise Drop(BAD_TIME, "timestamp", f"{str(ts)[:40]!r} is not epoch milliseconds")
+        ts = int(ts)
+    period = scope.clock.label(ts, "timestamp")
     rating = obj["rating"]
-    if isinstance(rating, bool) or not isinstance(rating, (int, float)) or rating not in RATINGS:
+    if rating not in RATINGS or isinstance(rating, bool) or not isinstance(rating, (int, float)):
         raise Drop(BAD_LABEL, "rating", f"{str(rating)[:20]!r} not in 1-5")
-    text = join_inputs(obj, scope.input_fields, normalise=False)
-    rid = f"{category}/{obj['user_id']}/{obj['asin']}/{int(ts)}"
-    return Review(rid, t, period_label(t, scope.period), int(rating), text)
+    text = obj.get("text")
+    if scope.input_fields == ("text",) and type(text) is str:  # fast path for the default input
+        text = text.strip()
+        if not text:
+            raise Drop(EMPTY, "text")
+    else:
+        text = join_inputs(obj, scope.input_fields, normalise=False)
+    return Review(f"{category}/{obj['user_id']}/{obj['asin']}/{ts}", ts, period, int(rating), text)
 
 
 def _reviews(files: list[tuple[str, Path]], root: Path, scope: Scope, report: IngestReport,
@@ -118,15 +119,21 @@ def _reviews(files: list[tuple[str, Path]], root: Path, scope: Scope, report: In
         yield from parse_records(objects, lambda o, c=category: parse_review(o, c, scope), report)
 
 
+def _sample(files, root, scope, report, progress, sampler: StratifiedSampler) -> StratifiedSampler:
+    for loc, r in _reviews(files, root, scope, report, progress):
+        if not sampler.offer((r.period, r.rating), r.id, (loc, r)):
+            report.drop(DUPLICATE, loc, f"field 'id': {r.id!r} seen before")
+    return sampler
+
+
 def read_amazon(path: str | Path, name: str = "amazon-reviews-2023", strict: bool = False,
                 **options: Any) -> IngestResult:
     """Stream the category files into the normalised (sampled) regression table."""
     opts = take_options("amazon", options, DEFAULTS)
     root = Path(path)
     files = find_files(root, opts["categories"])
-    scope = Scope(parse_date(opts["start"], "start"), end_of_scope(opts["end"], "end"), opts["period"],
-                  tuple(as_list(opts["input_fields"])))
-    period_label(scope.start, scope.period)  # validates the period name
+    scope = Scope(PeriodClock(parse_date(opts["start"], "start"), end_of_scope(opts["end"], "end"),
+                              opts["period"]), tuple(as_list(opts["input_fields"])))
     size = int(opts["sample_size"] or 0)
     seed = int(opts["seed"])
     progress = bool(opts["progress"])
@@ -136,33 +143,32 @@ def read_amazon(path: str | Path, name: str = "amazon-reviews-2023", strict: boo
     if size <= 0:  # no sampling: keep every valid review
         builder = TableBuilder(("label",), report)
         for loc, r in _reviews(files, root, scope, report, progress):
-            builder.add(loc, r.id, r.time, r.period, {"label": float(r.rating)}, r.text)
+            builder.add(loc, r.id, _utc(r.ms), r.period, {"label": float(r.rating)}, r.text)
         return _result(builder, name, scope, report)
 
-    quotas = None
-    if opts["allocation"] == "proportional":
-        counts: dict[tuple[str, int], int] = {}
-        log.info("amazon: counting pass over %d file(s)", len(files))
-        for _, r in _reviews(files, root, scope, IngestReport(strict=strict), progress):
-            key = (r.period, r.rating)
-            counts[key] = counts.get(key, 0) + 1
-        quotas = proportional_quotas(counts, size) if counts else {}
     try:
-        sampler = StratifiedSampler(size, seed, opts["allocation"], quotas)
+        sampler = _sample(files, root, scope, report, progress, StratifiedSampler(size, seed, opts["allocation"]))
     except ValueError as exc:
         raise DataError(f"amazon reader: {exc}") from None
-    for loc, r in _reviews(files, root, scope, report, progress):
-        if not sampler.offer((r.period, r.rating), r.id, (loc, r)):
-            report.drop(DUPLICATE, loc, f"field 'id': {r.id!r} seen before")
+    if not sampler.complete():  # rare: a stratum's quota was not all in the candidate pool
+        log.info("amazon: second pass with exact per-stratum quotas")
+        report.notes.append("sample needed a second pass (a stratum's quota exceeded its candidates)")
+        quotas = sampler.quotas()
+        sampler = _sample(files, root, scope, IngestReport(strict=strict), progress,
+                          StratifiedSampler(size, seed, opts["allocation"], quotas=quotas))
     picked = sampler.result()
     report.not_sampled = sampler.offered - len(picked)
     report.notes.append(f"sample: {len(picked)} of {sampler.offered} valid reviews, "
                         f"{opts['allocation']} allocation over {len(sampler.counts)} (period x rating) "
                         f"strata, seed {seed}")
     builder = TableBuilder(("label",), report)
-    for _, (loc, r) in sorted(picked, key=lambda sp: (sp[1][1].time, sp[1][1].id)):
-        builder.add(loc, r.id, r.time, r.period, {"label": float(r.rating)}, r.text)
+    for _, (loc, r) in sorted(picked, key=lambda sp: (sp[1][1].ms, sp[1][1].id)):
+        builder.add(loc, r.id, _utc(r.ms), r.period, {"label": float(r.rating)}, r.text)
     return _result(builder, name, scope, report)
+
+
+def _utc(t_ms: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=t_ms)
 
 
 def _result(builder: TableBuilder, name: str, scope: Scope, report: IngestReport) -> IngestResult:
@@ -171,5 +177,5 @@ def _result(builder: TableBuilder, name: str, scope: Scope, report: IngestReport
     table = builder.frame(label_dtype="float64").sort_values(["timestamp", "id"], kind="stable")
     table = table.reset_index(drop=True)
     meta = DatasetMeta(name=name, task="regression", input_kind="text", label_columns=("label",),
-                       class_names=tuple(str(r) for r in RATINGS), period=scope.period)
+                       class_names=tuple(str(r) for r in RATINGS), period=scope.clock.period)
     return IngestResult(table=table, meta=meta, report=report)

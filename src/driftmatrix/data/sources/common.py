@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from datetime import date, datetime, timedelta, timezone
 from typing import Any, Iterable, Mapping
 
@@ -190,3 +191,42 @@ class TableBuilder:
             table[name] = table[name].astype(dtype)
         self.report.kept = len(table)
         return table
+
+
+_STEP_MONTHS = {"year": 12, "half-year": 6, "quarter": 3, "month": 1}
+
+
+class PeriodClock:
+    """Period labels of epoch-millisecond instants in ``[start, stop)`` by bisection (fast path for
+    large inputs: no datetime object per record)."""
+
+    def __init__(self, start: datetime, stop: datetime, period: str) -> None:
+        if period not in _STEP_MONTHS:
+            raise DataError(f"period {period!r} not in {PERIODS}")
+        step = _STEP_MONTHS[period]
+        self.period = period
+        t = datetime(start.year, (start.month - 1) // step * step + 1, 1, tzinfo=timezone.utc)
+        self.start_ms, self.stop_ms = _ms(start), _ms(stop)
+        self.bounds = f"[{_iso(self.start_ms)}, {_iso(self.stop_ms)})"
+        self.starts: list[int] = []
+        self.labels: list[str] = []
+        while t < stop:
+            self.starts.append(_ms(t))
+            self.labels.append(period_label(t, period))
+            month = t.month - 1 + step
+            t = t.replace(year=t.year + month // 12, month=month % 12 + 1)
+
+    def label(self, t_ms: int, field: str) -> str:
+        """Label of ``t_ms``, or Drop(out-of-scope date) outside ``[start, stop)``."""
+        if not self.start_ms <= t_ms < self.stop_ms:
+            t = _EPOCH + timedelta(milliseconds=t_ms)
+            raise Drop(OUT_OF_SCOPE, field, f"{t.isoformat()} outside {self.bounds}")
+        return self.labels[bisect_right(self.starts, t_ms) - 1]
+
+
+def _ms(t: datetime) -> int:
+    return (t - _EPOCH) // timedelta(milliseconds=1)
+
+
+def _iso(t_ms: int) -> str:
+    return (_EPOCH + timedelta(milliseconds=t_ms)).date().isoformat()

@@ -7,8 +7,13 @@ seed, the ids and the per-stratum quotas: not on file order, not on arrival orde
 Quotas (how many of the ``size`` records each stratum gets) follow an allocation rule:
 
 - ``proportional`` (default, the paper's skewed rating mix is kept): ``a_s = floor(size * n_s / n)``,
-  the remaining units going to the largest fractional parts (ties: stratum order). Needs the
-  final stratum sizes ``n_s``, so the caller counts them in a first pass and passes ``quotas``.
+  the remaining units going to the largest fractional parts (ties: stratum order). The quotas need
+  the final stratum sizes ``n_s``, so one pass keeps the ``headroom * size`` records with the lowest
+  priorities over *all* strata (plus exact counts). Because every stratum's ``a_s``-th lowest
+  priority sits near the same global level ``size / n``, each stratum almost always has its quota
+  among those candidates, and the result is then exact (a record outside the pool has a higher
+  priority than every candidate). :meth:`StratifiedSampler.complete` says whether it is; if not,
+  the caller reads the input once more with the now known ``quotas`` (per-stratum heaps).
 - ``equal``: every stratum gets the same share, a stratum with fewer records gives its unused share
   to the others ("water filling": ``a_s = min(n_s, L)`` with the largest level ``L`` that fits, plus
   one extra for the first strata in order until ``size`` is reached). One pass: the level can only
@@ -24,16 +29,23 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from functools import lru_cache
 from collections import Counter
 from typing import Any, Hashable, Mapping
 
 ALLOCATIONS = ("proportional", "equal")
 
 
+@lru_cache(maxsize=8)
+def _keyed(seed: int):
+    return hashlib.blake2b(digest_size=8, key=str(seed).encode())
+
+
 def priority(seed: int, rid: str) -> int:
-    """Seeded 64-bit hash of a record id: the sampling priority (smaller = sampled first)."""
-    digest = hashlib.blake2b(rid.encode("utf-8"), digest_size=8, key=str(seed).encode()).digest()
-    return int.from_bytes(digest, "big")
+    """Seeded 64-bit hash of a record id (keyed BLAKE2b): the sampling priority (smaller = first)."""
+    h = _keyed(seed).copy()
+    h.update(rid.encode("utf-8"))
+    return int.from_bytes(h.digest(), "big")
 
 
 def proportional_quotas(counts: Mapping[Hashable, int], size: int) -> dict[Hashable, int]:
@@ -76,24 +88,28 @@ def equal_quotas(counts: Mapping[Hashable, int], size: int) -> dict[Hashable, in
 
 
 class StratifiedSampler:
-    """Bottom-priority candidates per stratum under caps; see the module docstring."""
+    """Lowest-priority candidates under caps; see the module docstring for the three modes."""
 
     def __init__(self, size: int, seed: int, allocation: str = "proportional",
-                 quotas: Mapping[Hashable, int] | None = None, recheck_every: int = 8192) -> None:
+                 quotas: Mapping[Hashable, int] | None = None, recheck_every: int = 8192,
+                 headroom: float = 1.25) -> None:
         if allocation not in ALLOCATIONS:
             raise ValueError(f"allocation {allocation!r} not in {ALLOCATIONS}")
-        if allocation == "proportional" and quotas is None:
-            raise ValueError("proportional allocation needs the quotas from a counting pass")
         self.size, self.seed, self.allocation = size, seed, allocation
         self.fixed = dict(quotas) if quotas is not None else None
+        self.pooled = allocation == "proportional" and quotas is None
+        self.pool_cap = int(size * headroom) + 64
         self.recheck_every = recheck_every
-        self.heaps: dict[Hashable, list[tuple[int, str, Any]]] = {}  # max-heaps via negated priority
+        # max-heaps via negated priority: one per stratum, or one shared pool (key None)
+        self.heaps: dict[Hashable, list[tuple[int, str, Hashable, Any]]] = {}
         self.members: set[str] = set()
         self.counts: Counter = Counter()
         self.level: int | None = None  # equal allocation: current water level (None = no cap yet)
         self._since = 0
 
     def cap(self, stratum: Hashable) -> int | None:
+        if self.pooled:
+            return self.pool_cap
         if self.fixed is not None:
             return self.fixed.get(stratum, 0)
         return None if self.level is None else self.level + 1
@@ -104,16 +120,19 @@ class StratifiedSampler:
             return False
         self.counts[stratum] += 1
         h = priority(self.seed, rid)
-        heap = self.heaps.setdefault(stratum, [])
+        key = None if self.pooled else stratum
+        heap = self.heaps.get(key)
+        if heap is None:
+            heap = self.heaps[key] = []
         cap = self.cap(stratum)
         if cap is None or len(heap) < cap:
-            heapq.heappush(heap, (-h, rid, payload))
+            heapq.heappush(heap, (-h, rid, stratum, payload))
             self.members.add(rid)
         elif cap > 0 and -heap[0][0] > h:
-            _, old, _ = heapq.heapreplace(heap, (-h, rid, payload))
+            old = heapq.heapreplace(heap, (-h, rid, stratum, payload))[1]
             self.members.discard(old)
             self.members.add(rid)
-        if self.fixed is None:
+        if self.fixed is None and not self.pooled:
             self._since += 1
             if self._since >= self.recheck_every:
                 self._trim()
@@ -132,20 +151,33 @@ class StratifiedSampler:
     def candidates(self) -> int:
         return sum(len(h) for h in self.heaps.values())
 
-    def quotas(self) -> dict[Hashable, int]:
-        if self.fixed is not None:
-            return {k: min(q, len(self.heaps.get(k, ()))) for k, q in self.fixed.items()}
-        return equal_quotas(self.counts, self.size)
-
-    def result(self) -> list[tuple[Hashable, Any]]:
-        """The sample as ``(stratum, payload)``, strata in order, by priority within a stratum."""
-        out = []
-        quotas = self.quotas()
-        for stratum in sorted(self.heaps):
-            best = sorted((-neg, rid, payload) for neg, rid, payload in self.heaps[stratum])
-            out.extend((stratum, payload) for _, _, payload in best[:quotas.get(stratum, 0)])
-        return out
-
     @property
     def offered(self) -> int:
         return sum(self.counts.values())
+
+    def _by_stratum(self) -> dict[Hashable, list[tuple[int, str, Any]]]:
+        out: dict[Hashable, list[tuple[int, str, Any]]] = {}
+        for heap in self.heaps.values():
+            for neg, rid, stratum, payload in heap:
+                out.setdefault(stratum, []).append((-neg, rid, payload))
+        for items in out.values():
+            items.sort(key=lambda x: (x[0], x[1]))
+        return out
+
+    def quotas(self) -> dict[Hashable, int]:
+        if self.fixed is not None:
+            return dict(self.fixed)
+        if self.allocation == "proportional":
+            return proportional_quotas(self.counts, self.size)
+        return equal_quotas(self.counts, self.size)
+
+    def complete(self) -> bool:
+        """True when every stratum holds its whole quota among the candidates (the sample is exact)."""
+        have = Counter({s: len(v) for s, v in self._by_stratum().items()})
+        return all(have[s] >= min(q, self.counts[s]) for s, q in self.quotas().items())
+
+    def result(self) -> list[tuple[Hashable, Any]]:
+        """The sample as ``(stratum, payload)``, strata in order, by priority within a stratum."""
+        quotas = self.quotas()
+        by = self._by_stratum()
+        return [(s, payload) for s in sorted(by) for _, _, payload in by[s][:quotas.get(s, 0)]]
