@@ -14,7 +14,7 @@ def _mse_model(name, slope, k=20, seeds=2):
     i, j = np.indices((k, k))
     base = 0.5 + slope * np.clip(j - i, 0, None)
     stack = np.stack([base + 0.01 * s for s in range(seeds)])
-    return matrixfile.DriftMatrices(model=name, slices=HALF_YEARS, seed_values=stack,
+    return matrixfile.DriftMatrices(model=name, slices=HALF_YEARS[:k], seed_values=stack,
                                     metric="Balanced MSE", unit="", higher_is_better=False,
                                     family="FFN" if name.startswith("F") else "Recurrent",
                                     seeds=list(range(seeds)))
@@ -56,3 +56,11 @@ def test_published_format_reads_as_one_seed(tmp_path):
     m = matrixfile.load_folder(tmp_path)["CNN-M"]
     assert m.n_seeds == 1 and m.family == "CNN" and np.isnan(m.mean[1, 0])
     assert np.isnan(m.std).all()
+
+
+def test_cohort_rejects_mixed_slices():
+    a = _mse_model("FFN-S", 0.01, k=4)
+    b = _mse_model("FFN-M", 0.01, k=4)
+    b.slices = ["2000", "2001", "2002", "2003"]
+    with pytest.raises(ValueError, match="differ in slices"):
+        Cohort({"FFN-S": a, "FFN-M": b})

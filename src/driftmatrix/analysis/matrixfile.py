@@ -87,8 +87,8 @@ def write(m: DriftMatrices, path: str | Path) -> None:
 
 
 def load_folder(path: str | Path) -> dict[str, DriftMatrices]:
-    """Every drift-matrix JSON in a folder (other JSON such as summary.json is skipped),
-    sorted by model name. All must share the slices and the metric."""
+    """Every drift-matrix JSON in a folder (or one file); other JSON such as summary.json is
+    skipped. Sorted by model name."""
     path = Path(path)
     files = [path] if path.is_file() else sorted(path.glob("*.json"))
     out: dict[str, DriftMatrices] = {}
@@ -99,9 +99,4 @@ def load_folder(path: str | Path) -> dict[str, DriftMatrices]:
             out[m.model] = m
     if not out:
         raise FileNotFoundError(f"{path}: no drift-matrix JSON files found")
-    first = next(iter(out.values()))
-    for m in out.values():
-        if m.slices != first.slices or m.higher_is_better != first.higher_is_better:
-            raise ValueError(f"{path}: {m.model} has different slices or metric direction "
-                             f"than {first.model}")
     return dict(sorted(out.items()))

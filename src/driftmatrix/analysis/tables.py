@@ -22,6 +22,11 @@ class Cohort:
         if not self.models:
             raise ValueError("a cohort needs at least one model")
         self.models = dict(sorted(self.models.items()))
+        first = self.first
+        for m in self.models.values():
+            if m.slices != first.slices or m.higher_is_better != first.higher_is_better:
+                raise ValueError(f"{m.model} and {first.model} differ in slices or metric direction; "
+                                 "a cohort is one dataset scored one way")
 
     @property
     def first(self) -> DriftMatrices:
