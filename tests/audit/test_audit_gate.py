@@ -133,6 +133,9 @@ def test_wrong_dtype_and_bad_config_are_reported(tmp_path):
     rows["timestamp"] = rows["timestamp"].dt.tz_localize(None)
     with pytest.raises(gate.ValidationFailed, match="types failed.*timestamp"):
         _run(tmp_path, write_slices(tmp_path / "slices", rows, manifest))
+    rows, manifest, _ = make_slices(k=2, per_slice=60)
+    with pytest.raises(gate.ValidationFailed, match="slice 2000: columns failed"):
+        _run(tmp_path, write_slices(tmp_path / "slices", rows.drop(columns=["period"]), manifest))
     with pytest.raises(ConfigError, match="min_row"):
         ValidationConfig.from_params({"min_row": 3})
     with pytest.raises(ConfigError, match="override"):

@@ -18,6 +18,7 @@ results into the project's result format (see docs/audit.md).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -157,6 +158,7 @@ class GXRunner:
 
     def __init__(self) -> None:
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+        logging.getLogger("great_expectations").setLevel(logging.WARNING)
         import great_expectations as gx
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -271,23 +273,26 @@ def validate_slices(slices: Slices, cfg: ValidationConfig, runner: GXRunner | No
     """Validate every slice; returns ``[{"index", "label", "n", "expectations": [record, ...]}]``."""
     runner = runner or GXRunner()
     gx = runner.gx
-    levels = label_levels(slices.meta, slices.rows, cfg.label_values)
     kinds = expected_kinds(slices)
-    counts, n = counts_by_slice(slices.rows, slices.meta, levels, len(slices.specs))
+    labelled = {"split", *slices.meta.label_columns} <= set(slices.rows.columns)
+    levels = label_levels(slices.meta, slices.rows, cfg.label_values) if labelled else []
+    counts, n = counts_by_slice(slices.rows, slices.meta, levels, len(slices.specs)) if labelled else (None, None)
     out = []
     for spec in slices.specs:
         i, label = int(spec["index"]), str(spec["label"])
         frame = slices.frame(i).reset_index(drop=True)
-        classes = class_frame(slices, i, levels, counts, n)
         schema = schema_frame(frame, kinds)
-        results = []
-        if set(kinds) <= set(frame.columns):
-            results += runner.validate("rows", frame, f"{label}-rows", rows_expectations(gx, slices, spec, cfg, levels),
-                                       ["id"], cfg.max_examples)
+        present = set(frame.columns)
+        row_checks = [e for e in rows_expectations(gx, slices, spec, cfg, levels)
+                      if getattr(e, "column", None) in (None, *present)]  # missing columns: see "columns"
+        results = runner.validate("rows", frame, f"{label}-rows", row_checks, ["id"] if "id" in present else [],
+                                  cfg.max_examples)
         results += runner.validate("schema", schema, f"{label}-schema", schema_expectations(gx, schema),
                                    ["column", "expected", "observed"], cfg.max_examples)
-        results += runner.validate("classes", classes, f"{label}-classes", class_expectations(gx, classes, i, cfg),
-                                   ["class"], cfg.max_examples)
+        if labelled:
+            classes = class_frame(slices, i, levels, counts, n)
+            results += runner.validate("classes", classes, f"{label}-classes", class_expectations(gx, classes, i, cfg),
+                                       ["class"], cfg.max_examples)
         records = sorted((record(r, cfg) for r in results), key=lambda rec: rec["expectation"])
         out.append({"index": i, "label": label, "n": int(len(frame)), "expectations": records})
     return out
