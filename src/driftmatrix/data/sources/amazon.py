@@ -161,6 +161,7 @@ def read_amazon(path: str | Path, name: str = "amazon-reviews-2023", strict: boo
     report.notes.append(f"sample: {len(picked)} of {sampler.offered} valid reviews, "
                         f"{opts['allocation']} allocation over {len(sampler.counts)} (period x rating) "
                         f"strata, seed {seed}")
+    del sampler  # free the candidates that were not picked before the table is built
     builder = TableBuilder(("label",), report)
     for _, (loc, r) in sorted(picked, key=lambda sp: (sp[1][1].ms, sp[1][1].id)):
         builder.add(loc, r.id, _utc(r.ms), r.period, {"label": float(r.rating)}, r.text)
