@@ -81,8 +81,11 @@ def test_title_and_text_input_and_named_categories(folder):
 
 
 def test_strict_names_file_line_and_field(folder):
+    with pytest.raises(DataError, match=r"^amazon/Alpha\.jsonl\.gz:1: field 'timestamp': 2019-07-01T00:00:00\+00:00 "
+                                         r"outside \[2020-01-01, 2024-01-01\) \(dropped: out-of-scope date"):
+        read_amazon(folder, categories=2, start="2020-01-01", strict=True, progress=False)  # sampling path
     with pytest.raises(DataError, match=r"Books\.jsonl:2: .*unparseable line"):
-        read_amazon(folder, categories=2, sample_size=0, strict=True, progress=False)
+        read_amazon(folder, categories=["Books"], sample_size=0, strict=True, progress=False)
     (folder / "Books.jsonl").write_text(BOOKS[0] + "\n" + BOOKS[5] + "\n")
     with pytest.raises(DataError, match=r"Books\.jsonl:2: field 'rating': '6' not in 1-5"):
         read_amazon(folder, categories=["Books"], sample_size=0, strict=True, progress=False)

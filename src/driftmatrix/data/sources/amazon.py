@@ -147,9 +147,10 @@ def read_amazon(path: str | Path, name: str = "amazon-reviews-2023", strict: boo
         return _result(builder, name, scope, report)
 
     try:
-        sampler = _sample(files, root, scope, report, progress, StratifiedSampler(size, seed, opts["allocation"]))
+        sampler = StratifiedSampler(size, seed, opts["allocation"])
     except ValueError as exc:
-        raise DataError(f"amazon reader: {exc}") from None
+        raise DataError(f"amazon reader: option {exc}") from None
+    sampler = _sample(files, root, scope, report, progress, sampler)
     if not sampler.complete():  # rare: a stratum's quota was not all in the candidate pool
         log.info("amazon: second pass with exact per-stratum quotas")
         report.notes.append("sample needed a second pass (a stratum's quota exceeded its candidates)")
