@@ -101,20 +101,22 @@ def covariate_measures(slices: Slices, cfg: AuditConfig) -> list[Measure]:
 
 
 def load_model_matrices(matrices_dir: Path, labels: list[str]) -> list[dict[str, Any]]:
-    """Model drift matrices re-indexed onto the audit's slices (NaN where a slice is missing)."""
+    """Seed-mean model drift matrices re-indexed onto the audit's slices (NaN where missing)."""
+    from driftmatrix.analysis import matrixfile
+
+    if not matrices_dir.exists():
+        return []
+    try:
+        found = matrixfile.load_folder(matrices_dir)
+    except FileNotFoundError:
+        return []
     out = []
-    for path in sorted(matrices_dir.glob("*.json")) if matrices_dir.is_dir() else []:
-        d = json.loads(path.read_text())
-        if "values" not in d or "slices" not in d:
-            continue
-        pos = {str(s): n for n, s in enumerate(d["slices"])}
-        vals = np.array([[np.nan if v is None else v for v in row] for row in d["values"]], float)
-        m = np.full((len(labels), len(labels)), np.nan)
-        for i, li in enumerate(labels):
-            for j, lj in enumerate(labels):
-                if li in pos and lj in pos:
-                    m[i, j] = vals[pos[li], pos[lj]]
-        out.append({"model": d.get("model", path.stem), "values": m, "higher_is_better": bool(d.get("higherIsBetter", True))})
+    for name, mm in found.items():
+        pos = {s: n for n, s in enumerate(mm.slices)}
+        idx = np.array([pos.get(label, -1) for label in labels])
+        mean = mm.mean
+        m = np.where((idx[:, None] >= 0) & (idx[None, :] >= 0), mean[np.ix_(np.maximum(idx, 0), np.maximum(idx, 0))], np.nan)
+        out.append({"model": name, "values": m, "higher_is_better": mm.higher_is_better})
     return out
 
 
