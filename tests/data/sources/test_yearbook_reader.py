@@ -89,3 +89,10 @@ def test_strict_and_bad_inputs(tmp_path):
     (tmp_path / "x.rar").write_bytes(b"")
     with pytest.raises(DataError, match="not a Yearbook folder or archive"):
         read_yearbook(tmp_path / "x.rar")
+
+
+def test_folder_without_class_folders_is_named(tmp_path):
+    (tmp_path / "empty" / "a" / "b" / "c" / "F").mkdir(parents=True)  # three levels down: too deep
+    (tmp_path / "empty" / "a" / "b" / "c" / "F" / "1950_x.png").write_bytes(png(1))
+    with pytest.raises(DataError, match="no F/ or M/ folder"):
+        read_yearbook(tmp_path / "empty")

@@ -133,6 +133,9 @@ def read_yearbook(path: str | Path, name: str = "yearbook", size: int = 32,
         if builder.add(loc, f"{cls}/{PurePosixPath(file_name).stem}", t, str(year),
                        {"label": CLASSES.index(cls)}):
             images.append(arr)
+    if not report.read:
+        raise DataError(f"{root}: no F/ or M/ folder of <year>_*.png found (at most {MAX_DEPTH} folder "
+                        "levels below the folder or archive root)")
     if not len(builder):
         raise DataError(f"{root}: no readable images found ({report.summary()})")
     table = builder.frame(label_dtype="int64")
