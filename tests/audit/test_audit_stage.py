@@ -106,3 +106,31 @@ def test_report_loads_in_headless_chromium(audited):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Data audit: synthetic" in proc.stdout and proc.stdout.count("<img") == 8
+
+
+def test_text_slices_get_a_vocabulary_overlap_matrix_read_as_drift(tmp_path):
+    from driftmatrix.audit.slices import load_slices
+
+    rows, manifest, _ = make_slices(k=K, per_slice=80, covariate_shift=10.0)
+    slices = load_slices(write_slices(tmp_path / "slices", rows, manifest))
+    audit = stage.compute(slices, stage.AuditConfig(top_n=100), model_matrices=[])
+    (vocab,) = [m for m in audit.measures if m.name == "vocab_overlap"]
+    assert np.all(np.diff(vocab.values[0]) < 0)          # overlap falls with distance ...
+    assert np.all(np.diff(vocab.drift[0]) > 0)           # ... so its drift reading rises
+    assert vocab.info["sizes"] == [100] * K
+
+
+def test_cached_features_get_an_mmd_matrix(tmp_path):
+    from driftmatrix.audit.slices import load_slices
+
+    rows, manifest, _ = make_slices(k=3, per_slice=60)
+    rng = np.random.default_rng(0)
+    feats = rng.normal(size=(len(rows), 16)) + rows["slice"].to_numpy()[:, None] * 0.5
+    np.save(tmp_path / "enc.npy", feats.astype(np.float32))
+    slices = load_slices(write_slices(tmp_path / "slices", rows, manifest))
+    cfg = stage.AuditConfig(top_n=50, features=(str(tmp_path / "enc.npy"),), mmd_samples=50, permutations=30)
+    (mmd,) = [m for m in stage.covariate_measures(slices, cfg) if m.name == "mmd_enc"]
+    assert mmd.values[0, 2] > mmd.values[0, 1] > 0 and mmd.pvalues[0, 2] < 0.05
+    np.save(tmp_path / "bad.npy", feats[:10])
+    with pytest.raises(Exception, match="bad.npy has 10 rows"):
+        stage.covariate_measures(slices, stage.AuditConfig(features=(str(tmp_path / "bad.npy"),)))

@@ -134,64 +134,99 @@ def _mean_future(m: np.ndarray) -> float:
     return float(vals.mean()) if vals.size else float("nan")
 
 
-def run(params: Any, slices_dir: str | Path, out_dir: str | Path, validation_dir: str | Path = "outputs/validation",
-        matrices_dir: str | Path = "outputs/matrices") -> dict[str, Any]:
-    cfg = AuditConfig.from_params(params.extra.get("audit"))
-    slices = load_slices(slices_dir, images=True)
-    labels, meta, k = slices.labels, slices.meta, len(slices.specs)
+@dataclass
+class Audit:
+    """Everything the audit measured (arrays); :meth:`to_dict` is ``drift.json``."""
+
+    dataset: str
+    task: str
+    labels: list[str]
+    axis: list[str]
+    counts: np.ndarray
+    n: np.ndarray
+    measures: list[Measure]
+    correlations: list[dict[str, Any]]
+
+    @property
+    def prevalence(self) -> np.ndarray:
+        return drift.prevalence(self.counts, self.n)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dataset": self.dataset, "task": self.task, "slices": self.labels, "axis": self.axis,
+                "counts": self.counts.tolist(), "n": self.n.tolist(), "prevalence": _json_matrix(self.prevalence),
+                "measures": {ms.name: {"title": ms.title, "unit": ms.unit, "values": _json_matrix(ms.values),
+                                       "pvalues": _json_matrix(ms.pvalues),
+                                       "higher_is_more_drift": ms.higher_is_more_drift,
+                                       "mean_future": _mean_future(ms.values), **ms.info} for ms in self.measures},
+                "correlations": self.correlations}
+
+
+def compute(slices: Slices, cfg: AuditConfig, model_matrices: list[dict[str, Any]]) -> Audit:
+    meta, k = slices.meta, len(slices.specs)
     levels = label_levels(meta, slices.rows)
-    names = axis_names(meta, levels)
     counts, n = counts_by_slice(slices.rows, meta, levels, k)
-    prev = drift.prevalence(counts, n)
     measures = label_measures(counts, cfg) + covariate_measures(slices, cfg)
     correlations = [{"model": mm["model"], "measure": ms.name, "higher_is_better": mm["higher_is_better"],
                      **drift.correlate(ms.drift, mm["values"], mm["higher_is_better"])}
-                    for mm in load_model_matrices(Path(matrices_dir), labels) for ms in measures]
+                    for mm in model_matrices for ms in measures]
+    return Audit(meta.name, meta.task, slices.labels, axis_names(meta, levels), counts, n, measures, correlations)
 
-    out = Path(out_dir)
+
+def write_tables(audit: Audit, out: Path) -> None:
+    """Matrix CSVs, prevalence, DVC plot CSVs and drift.json."""
+    labels, k = audit.labels, len(audit.labels)
     (out / "plots").mkdir(parents=True, exist_ok=True)
-    (out / "figures").mkdir(parents=True, exist_ok=True)
-    for ms in measures:
+    for ms in audit.measures:
         _frame(ms.values, labels).to_csv(out / f"{ms.name}.csv")
         if ms.pvalues is not None:
             _frame(ms.pvalues, labels).to_csv(out / f"{ms.name}_pvalue.csv")
-    prev_frame = pd.DataFrame(prev, columns=names).assign(index=range(k), slice=labels)[["index", "slice", *names]]
-    prev_frame.to_csv(out / "prevalence.csv", index=False)
-    prev_frame.to_csv(out / "plots" / "prevalence.csv", index=False)
+    prev = pd.DataFrame(audit.prevalence, columns=audit.axis).assign(index=range(k), slice=labels)
+    prev = prev[["index", "slice", *audit.axis]]
+    prev.to_csv(out / "prevalence.csv", index=False)
+    prev.to_csv(out / "plots" / "prevalence.csv", index=False)
     curves = pd.DataFrame({"index": range(k), "slice": labels})
-    for ms in measures:
+    for ms in audit.measures:
         curves[f"{ms.name}_vs_first"] = ms.values[0]
     curves.to_csv(out / "plots" / "label_drift.csv", index=False)
+    (out / "drift.json").write_text(json.dumps(audit.to_dict(), indent=2, default=float))
 
-    prevalence_label = {"multilabel": "positive rate per category", "regression": "share per rating level"}.get(
-        meta.task, "share per class")
-    result = {"dataset": meta.name, "task": meta.task, "slices": labels, "axis": names,
-              "counts": counts.tolist(), "n": n.tolist(), "prevalence": _json_matrix(prev),
-              "measures": {ms.name: {"title": ms.title, "unit": ms.unit, "values": _json_matrix(ms.values),
-                                     "pvalues": _json_matrix(ms.pvalues), "higher_is_more_drift": ms.higher_is_more_drift,
-                                     "mean_future": _mean_future(ms.values), **ms.info} for ms in measures},
-              "correlations": correlations}
-    (out / "drift.json").write_text(json.dumps(result, indent=2, default=float))
 
+def draw_figures(audit: Audit) -> dict[str, bytes]:
+    labels = audit.labels
     pngs = {ms.name: figures.heatmap(ms.values, labels, ms.title, ms.unit,
-                                     cmap="magma_r" if ms.higher_is_more_drift else "magma") for ms in measures}
-    pngs.update({f"{ms.name}_pvalue": figures.heatmap(ms.pvalues, labels, f"{ms.title}: permutation p-value",
-                                                      "p", cmap="viridis") for ms in measures if ms.pvalues is not None})
-    pngs["prevalence"] = figures.prevalence_lines(prev, labels, names, prevalence_label)
+                                     cmap="magma_r" if ms.higher_is_more_drift else "magma") for ms in audit.measures}
+    pngs.update({f"{ms.name}_pvalue": figures.heatmap(ms.pvalues, labels, f"{ms.title}: permutation p-value", "p",
+                                                      cmap="viridis")
+                 for ms in audit.measures if ms.pvalues is not None})
+    ylabel = {"multilabel": "positive rate per category", "regression": "share per rating level"}.get(
+        audit.task, "share per class")
+    pngs["prevalence"] = figures.prevalence_lines(audit.prevalence, labels, audit.axis, ylabel)
+    return pngs
+
+
+def run(params: Any, slices_dir: str | Path, out_dir: str | Path, validation_dir: str | Path = "outputs/validation",
+        matrices_dir: str | Path = "outputs/matrices") -> dict[str, Any]:
+    """Measure, write tables, figures and report.html, log to MLflow; returns drift.json's content."""
+    cfg = AuditConfig.from_params(params.extra.get("audit"))
+    slices = load_slices(slices_dir, images=True)
+    audit = compute(slices, cfg, load_model_matrices(Path(matrices_dir), slices.labels))
+    out = Path(out_dir)
+    write_tables(audit, out)
+    pngs = draw_figures(audit)
+    (out / "figures").mkdir(parents=True, exist_ok=True)
     for name, png in pngs.items():
         (out / "figures" / f"{name}.png").write_bytes(png)
-    html_text = build_report(meta.name, pngs, measures, correlations, Path(validation_dir))
-    (out / "report.html").write_text(html_text)
-    result["mlflow_run_id"] = log_to_mlflow(params, meta.name, cfg, measures, correlations, out)
-    return result
+    (out / "report.html").write_text(build_report(audit, pngs, Path(validation_dir)))
+    run_id = log_to_mlflow(params, cfg, audit, out)
+    return {**audit.to_dict(), "mlflow_run_id": run_id}
 
 
 def _read_json(path: Path) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def build_report(dataset: str, pngs: Mapping[str, bytes], measures: list[Measure], correlations: list[dict],
-                 validation_dir: Path) -> str:
+def build_report(audit: Audit, pngs: Mapping[str, bytes], validation_dir: Path) -> str:
+    measures, correlations = audit.measures, audit.correlations
     results = _read_json(validation_dir / "results.json")
     summary = _read_json(validation_dir / "summary.json")
     drift_imgs = "".join(report.img(pngs[ms.name], ms.title) for ms in measures)
@@ -207,11 +242,10 @@ def build_report(dataset: str, pngs: Mapping[str, bytes], measures: list[Measure
         ("Label prevalence over time", report.img(pngs["prevalence"], "prevalence")),
         ("Data drift vs model accuracy drop", report.correlation_section(correlations, scatters)),
     ]
-    return report.render(f"Data audit: {dataset}", sections)
+    return report.render(f"Data audit: {audit.dataset}", sections)
 
 
-def log_to_mlflow(params: Any, dataset: str, cfg: AuditConfig, measures: list[Measure], correlations: list[dict],
-                  out: Path) -> str | None:
+def log_to_mlflow(params: Any, cfg: AuditConfig, audit: Audit, out: Path) -> str | None:
     """Run ``audit · <dataset>`` tagged ``kind=audit``; skipped when no tracking is configured."""
     try:
         from driftmatrix.tracking import configure  # written by the tracking owner
@@ -226,11 +260,11 @@ def log_to_mlflow(params: Any, dataset: str, cfg: AuditConfig, measures: list[Me
         configure(params.tracking)
     else:
         mlflow.set_experiment(params.tracking.experiment)
-    with mlflow.start_run(run_name=f"audit · {dataset}", tags={"kind": "audit", "dataset": dataset}) as run:
+    with mlflow.start_run(run_name=f"audit · {audit.dataset}", tags={"kind": "audit", "dataset": audit.dataset}) as run:
         mlflow.log_params({"smoothing_alpha": cfg.smoothing_alpha, "top_n": cfg.top_n, "mmd_samples": cfg.mmd_samples,
                            "permutations": cfg.permutations, "image_size": cfg.image_size})
-        metrics = {f"{ms.name}_mean_future": _mean_future(ms.values) for ms in measures}
-        metrics.update({f"spearman_{c['model']}_{c['measure']}": c["spearman"] for c in correlations
+        metrics = {f"{ms.name}_mean_future": _mean_future(ms.values) for ms in audit.measures}
+        metrics.update({f"spearman_{c['model']}_{c['measure']}": c["spearman"] for c in audit.correlations
                         if c["spearman"] is not None})
         mlflow.log_metrics({k.replace(" ", "_"): v for k, v in metrics.items() if np.isfinite(v)})
         mlflow.log_artifacts(str(out), artifact_path="audit")
