@@ -49,3 +49,29 @@ def test_fixed_quotas_pick_lowest_priorities_and_flag_duplicates():
         assert s.offer("a", rid, rid)
     assert not s.offer("a", min(ids, key=lambda r: priority(1, r)), None)  # still a candidate: duplicate
     assert [p for _, p in s.result()] == sorted(ids, key=lambda r: priority(1, r))[:2]
+
+
+def _brute_proportional(recs, size, seed):
+    by = {}
+    for stratum, rid in recs:
+        by.setdefault(stratum, []).append(rid)
+    quotas = proportional_quotas({k: len(v) for k, v in by.items()}, size)
+    return sorted(r for k, v in by.items() for r in sorted(v, key=lambda r: priority(seed, r))[:quotas[k]])
+
+
+def _offer_all(sampler, recs):
+    for stratum, rid in recs:
+        sampler.offer(stratum, rid, rid)
+    return sampler
+
+
+def test_pooled_proportional_is_exact_or_says_so():
+    recs = _records(4000, ["a", "b", "c", "d"], 3)
+    want = _brute_proportional(recs, 500, 9)
+    roomy = _offer_all(StratifiedSampler(500, seed=9), recs)
+    assert roomy.complete() and sorted(p for _, p in roomy.result()) == want
+    assert roomy.candidates <= int(500 * 1.25) + 64
+    tight = _offer_all(StratifiedSampler(500, seed=9, headroom=0.5), recs)  # pool smaller than the sample
+    assert not tight.complete()
+    second = _offer_all(StratifiedSampler(500, seed=9, quotas=tight.quotas()), recs)
+    assert second.complete() and sorted(p for _, p in second.result()) == want
