@@ -1,0 +1,44 @@
+# driftmatrix: the two commands are `make repro` (run the default experiment) and `make test`.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
+STAMP := $(VENV)/.installed
+
+.PHONY: repro install data matrices report test bench ui clean-outputs help
+
+help:  ## list targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(STAMP): requirements.txt pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -r requirements.txt
+	$(VENV)/bin/pip install -q --no-deps -e .
+	touch $(STAMP)
+
+install: $(STAMP)  ## create .venv and install pinned requirements (skipped when up to date)
+
+data: install  ## write the built-in dataset (if missing) and track data/ with DVC
+	driftmatrix data generate
+	dvc add -q data
+
+repro: data  ## run the whole pipeline on the built-in default (dvc repro)
+	dvc repro
+	@echo "Results: outputs/report/report.html, outputs/matrices/, MLflow: make ui"
+
+matrices: install  ## seed-averaged matrices, summaries, plots and the HTML report
+	dvc repro matrices report
+
+report: matrices  ## alias of matrices
+
+test: install  ## run the test suite
+	pytest
+
+bench: install  ## time-to-matrix and throughput benchmarks (see bench/)
+	$(VENV)/bin/python bench/run.py
+
+ui: install  ## MLflow UI on http://127.0.0.1:5000
+	mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
+
+clean-outputs:  ## remove pipeline outputs (not the MLflow store)
+	rm -rf outputs

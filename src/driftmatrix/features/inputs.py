@@ -1,0 +1,65 @@
+"""Model inputs held as tensors, fetched by row index: no per-sample decoding in training loops.
+
+An inputs object has ``len()``, ``to(device)`` and ``batch(idx) -> tuple of tensors`` (the
+positional arguments of the model's forward). Pixels are kept as uint8 and normalised per batch;
+cached text or encoder features come from ``driftmatrix.features.cache``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from driftmatrix.data.table import DataError
+
+
+class Inputs(Protocol):
+    def __len__(self) -> int: ...
+
+    def to(self, device: torch.device) -> "Inputs": ...
+
+    def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
+
+
+class PixelInputs:
+    """uint8 images (N, H, W, 3) -> float batches (B, 3, H, W) in [-1, 1]."""
+
+    def __init__(self, images: np.ndarray | torch.Tensor):
+        data = images if isinstance(images, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(images))
+        if data.ndim != 4 or data.shape[-1] != 3:
+            raise DataError(f"pixel inputs must be (N, H, W, 3) uint8, got shape {tuple(data.shape)}")
+        self.data = data.permute(0, 3, 1, 2).contiguous()
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def to(self, device: torch.device) -> "PixelInputs":
+        out = PixelInputs.__new__(PixelInputs)
+        out.data = self.data.to(device)
+        return out
+
+    def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor]:
+        return (normalise(self.data[idx.to(self.data.device)]),)
+
+
+def normalise(pixels: torch.Tensor) -> torch.Tensor:
+    """uint8 [0, 255] -> float [-1, 1] (the authors fed raw 0-255 floats; protocol section 6)."""
+    return pixels.float().div_(127.5).sub_(1.0)
+
+
+def load_inputs(inputs: str, slices_dir: str | Path, features_dir: str | Path = "outputs/features",
+                encoder: str | None = None) -> Inputs:
+    """Inputs of kind ``pixels``, ``token_states`` or ``pooled`` for every row of the slices."""
+    from driftmatrix.slicing import load_slices
+
+    if inputs == "pixels":
+        _, _, images = load_slices(slices_dir)
+        if images is None:
+            raise DataError(f"{slices_dir}: image model requested but the slices hold no images.npy")
+        return PixelInputs(np.asarray(images))
+    from driftmatrix.features import cache  # cached encoder features (text states, pooled vectors)
+
+    return cache.load_cached_inputs(inputs, slices_dir, features_dir, encoder)

@@ -1,0 +1,139 @@
+"""The twelve image models trained from raw 32x32x3 pixels (protocol section 6).
+
+Inputs arrive as float tensors already normalised to [-1, 1] (see ``features.pixels``); shapes
+and parameter counts match the authors' roster (MLP-S 98k ... ViT-L 2.2M with 2 outputs).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, Mapping, Sequence
+
+import torch
+from torch import nn
+
+from driftmatrix.models.registry import ModelSpec, register
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: Sequence[int], num_outputs: int, in_features: int = 3 * 32 * 32):
+        super().__init__()
+        layers: list[nn.Module] = [nn.Flatten()]
+        width = in_features
+        for h in hidden:
+            layers += [nn.Linear(width, h), nn.ReLU()]
+            width = h
+        layers.append(nn.Linear(width, num_outputs))
+        self.net = nn.Sequential(*layers)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class CNN(nn.Module):
+    """Blocks of 3x3 conv + BatchNorm + ReLU + 2x2 max-pool, then global average pool."""
+
+    def __init__(self, channels: Sequence[int], num_outputs: int, in_channels: int = 3):
+        super().__init__()
+        blocks: list[nn.Module] = []
+        c = in_channels
+        for out in channels:
+            blocks += [nn.Conv2d(c, out, 3, padding=1), nn.BatchNorm2d(out), nn.ReLU(inplace=True),
+                       nn.MaxPool2d(2)]
+            c = out
+        self.features = nn.Sequential(*blocks)
+        self.head = nn.Linear(c, num_outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x).mean(dim=(2, 3)))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, c_in: int, c_out: int, stride: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(c_out)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False), nn.BatchNorm2d(c_out))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = self.bn2(self.conv2(out))
+        return torch.relu(out + self.shortcut(x))
+
+
+class ResNet(nn.Module):
+    """3x3 stem, stages of basic blocks (stride 2 from the second stage), global average pool."""
+
+    def __init__(self, widths: Sequence[int], blocks: Sequence[int], num_outputs: int, in_channels: int = 3):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(in_channels, widths[0], 3, 1, 1, bias=False),
+                                  nn.BatchNorm2d(widths[0]), nn.ReLU(inplace=True))
+        layers: list[nn.Module] = []
+        c = widths[0]
+        for s, (w, n) in enumerate(zip(widths, blocks)):
+            for b in range(n):
+                layers.append(BasicBlock(c, w, 2 if (s > 0 and b == 0) else 1))
+                c = w
+        self.stages = nn.Sequential(*layers)
+        self.head = nn.Linear(c, num_outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.stages(self.stem(x)).mean(dim=(2, 3)))
+
+
+class ViT(nn.Module):
+    """Patch embedding, class token, learnable positions, pre-norm Transformer encoder."""
+
+    def __init__(self, dim: int, depth: int, heads: int, mlp_ratio: float, num_outputs: int,
+                 patch: int = 4, image_size: int = 32, in_channels: int = 3, dropout: float = 0.1):
+        super().__init__()
+        n_patches = (image_size // patch) ** 2
+        self.patch_embed = nn.Conv2d(in_channels, dim, patch, patch)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.zeros(1, n_patches + 1, dim))
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        self.dropout = nn.Dropout(dropout)
+        layer = nn.TransformerEncoderLayer(dim, heads, int(dim * mlp_ratio), dropout, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_outputs)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        tokens = self.patch_embed(x).flatten(2).transpose(1, 2)
+        tokens = torch.cat([self.cls_token.expand(len(x), -1, -1), tokens], dim=1) + self.pos_embed
+        out = self.encoder(self.dropout(tokens))
+        return self.head(self.norm(out[:, 0]))
+
+
+def _build(cls: type, kwargs: Mapping[str, Any], num_outputs: int, info: Mapping[str, Any] | None = None,
+           dropout: float | None = None) -> nn.Module:
+    if dropout is not None and cls is ViT:
+        kwargs = {**kwargs, "dropout": dropout}
+    return cls(num_outputs=num_outputs, **kwargs)
+
+
+SHAPES: dict[str, tuple[str, type, dict[str, Any]]] = {
+    "MLP-S": ("MLP", MLP, {"hidden": (32,)}),
+    "MLP-M": ("MLP", MLP, {"hidden": (128, 128)}),
+    "MLP-L": ("MLP", MLP, {"hidden": (512, 512, 512)}),
+    "CNN-S": ("CNN", CNN, {"channels": (32, 64, 128)}),
+    "CNN-M": ("CNN", CNN, {"channels": (48, 96, 192, 192)}),
+    "CNN-L": ("CNN", CNN, {"channels": (64, 128, 256, 256, 512)}),
+    "ResNet-S": ("ResNet", ResNet, {"widths": (18, 36, 72), "blocks": (1, 1, 1)}),
+    "ResNet-M": ("ResNet", ResNet, {"widths": (32, 64, 128), "blocks": (2, 2, 1)}),
+    "ResNet-L": ("ResNet", ResNet, {"widths": (56, 112, 224), "blocks": (2, 2, 2)}),
+    "ViT-S": ("ViT", ViT, {"dim": 64, "depth": 2, "heads": 4, "mlp_ratio": 2.0}),
+    "ViT-M": ("ViT", ViT, {"dim": 128, "depth": 4, "heads": 4, "mlp_ratio": 2.0}),
+    "ViT-L": ("ViT", ViT, {"dim": 192, "depth": 6, "heads": 6, "mlp_ratio": 3.0}),
+}
+
+for _name, (_family, _cls, _kwargs) in SHAPES.items():
+    register(ModelSpec(name=_name, family=_family, modality="image", inputs="pixels",
+                       build=partial(_build, _cls, _kwargs),
+                       description=f"{_cls.__name__} {_kwargs}, trained from raw pixels"))

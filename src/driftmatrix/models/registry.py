@@ -1,0 +1,90 @@
+"""One registry of named model variants (the paper's names), each with its family and inputs.
+
+A spec says how to build the network (``build(num_outputs, info)``), which inputs it reads
+(raw ``pixels``, cached ``token_states``, or cached ``pooled`` encoder features) and any
+optimiser defaults that differ from ``params.yaml: train`` (e.g. frozen-encoder heads use lr 1e-4
+on images). Modules that define models register them on import; :func:`get` imports them lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+INPUTS = ("pixels", "token_states", "pooled")
+# Modules that register models when imported (kept lazy: torch loads only when a model is needed).
+MODEL_MODULES = ["driftmatrix.models.image"]
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    family: str
+    modality: str  # image | text
+    inputs: str  # one of INPUTS
+    build: Callable[..., Any]  # build(num_outputs: int, info: Mapping) -> torch.nn.Module
+    encoder: str | None = None  # for token_states / pooled: the feature-cache encoder key
+    train_defaults: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"lr": 1e-4}
+    description: str = ""
+
+
+class _Registry(dict):
+    """Dict of name -> ModelSpec that imports the model modules on first access."""
+
+    _loaded = False
+
+    def _load(self) -> None:
+        if not self._loaded:
+            type(self)._loaded = True
+            for module in MODEL_MODULES:
+                importlib.import_module(module)
+
+    def __getitem__(self, key: str) -> ModelSpec:
+        self._load()
+        if not dict.__contains__(self, key):
+            raise KeyError(f"unknown model {key!r}; known: {', '.join(sorted(dict.keys(self)))}")
+        return dict.__getitem__(self, key)
+
+    def __contains__(self, key: object) -> bool:
+        self._load()
+        return dict.__contains__(self, key)
+
+    def __iter__(self):
+        self._load()
+        return dict.__iter__(self)
+
+    def items(self):
+        self._load()
+        return dict.items(self)
+
+    def keys(self):
+        self._load()
+        return dict.keys(self)
+
+    def values(self):
+        self._load()
+        return dict.values(self)
+
+    def __len__(self) -> int:
+        self._load()
+        return dict.__len__(self)
+
+
+REGISTRY: _Registry = _Registry()
+
+
+def register(spec: ModelSpec) -> ModelSpec:
+    if spec.inputs not in INPUTS:
+        raise ValueError(f"model {spec.name}: inputs {spec.inputs!r} not in {INPUTS}")
+    dict.__setitem__(REGISTRY, spec.name, spec)
+    return spec
+
+
+def get(name: str) -> ModelSpec:
+    return REGISTRY[name]
+
+
+def family_of(name: str) -> str | None:
+    """Family of a registered model, or None for names the registry does not know."""
+    return REGISTRY[name].family if name in REGISTRY else None

@@ -1,0 +1,185 @@
+"""Slice stage: period binning, small-slice dropping, one stratified 70/30 split per slice.
+
+The split depends only on (split_seed, slice rows): model seeds never touch it, so every model
+and seed sees the same train/test rows (protocol section 1).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from driftmatrix.config import Params, SlicingConfig, fingerprint
+from driftmatrix.data.table import DataError, DatasetMeta, load_ingested
+
+log = logging.getLogger(__name__)
+
+PERIOD_MONTHS = {"year": 12, "half-year": 6, "quarter": 3, "month": 1}
+
+
+def period_bins(timestamps: pd.Series, period: str = "year", width: int = 1) -> tuple[pd.Series, pd.Series]:
+    """Start of each row's slice (UTC timestamps) and its label (``1950``, ``2014-H1``, ``1950-1954``).
+
+    A slice is ``width`` consecutive periods; bins are anchored at year 0 so labels do not depend
+    on which rows are present.
+    """
+    if period not in PERIOD_MONTHS:
+        raise DataError(f"params.yaml: slicing.period {period!r} not in {sorted(PERIOD_MONTHS)}")
+    if width < 1:
+        raise DataError(f"params.yaml: slicing.width must be >= 1, got {width}")
+    ts = pd.to_datetime(timestamps, utc=True)
+    months = ts.dt.year * 12 + (ts.dt.month - 1)
+    step = PERIOD_MONTHS[period] * width
+    start_m = (months // step) * step
+    start = pd.to_datetime({"year": start_m // 12, "month": start_m % 12 + 1, "day": 1}, utc=True)
+    labels = start_m.map(lambda m: period_label(int(m), period, width))
+    return start, labels
+
+
+def period_label(start_month: int, period: str, width: int) -> str:
+    """Readable label of the slice starting at absolute month ``start_month`` (year*12 + month0)."""
+    def one(m: int) -> str:
+        y, mo = divmod(m, 12)
+        if period == "year":
+            return f"{y}"
+        if period == "half-year":
+            return f"{y}-H{mo // 6 + 1}"
+        if period == "quarter":
+            return f"{y}-Q{mo // 3 + 1}"
+        return f"{y}-{mo + 1:02d}"
+
+    if width == 1:
+        return one(start_month)
+    last = start_month + PERIOD_MONTHS[period] * (width - 1)
+    return f"{one(start_month)}..{one(last)}"
+
+
+def stratify_key(table: pd.DataFrame, meta: DatasetMeta) -> pd.Series:
+    """What the split stratifies on: the class, the rating, or the multi-hot pattern."""
+    if meta.task == "multilabel":
+        return table[list(meta.label_columns)].astype(int).astype(str).agg("".join, axis=1)
+    return table[meta.label_columns[0]].astype(str)
+
+
+def stratified_split(keys: np.ndarray, test_fraction: float, seed: int) -> np.ndarray:
+    """Boolean test mask: within each stratum, a seeded shuffle puts round(frac * n) rows in test.
+
+    Strata too small to split keep their rows in train unless rounding gives them a test row, so
+    each stratum's test share is as close to ``test_fraction`` as its size allows.
+    """
+    rng = np.random.default_rng(seed)
+    test = np.zeros(len(keys), dtype=bool)
+    for key in sorted(set(keys.tolist())):
+        idx = np.flatnonzero(keys == key)
+        idx = idx[rng.permutation(len(idx))]
+        n_test = int(np.floor(test_fraction * len(idx) + 0.5))
+        test[idx[:n_test]] = True
+    return test
+
+
+def make_slices(table: pd.DataFrame, meta: DatasetMeta, cfg: SlicingConfig) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """Pure slicing: returns the sliced rows (sorted by slice, id) and the manifest (without version)."""
+    table = table.copy()
+    table["_pos"] = np.arange(len(table))
+    start, labels = period_bins(table["timestamp"], cfg.period, cfg.width)
+    table["_start"] = start.values
+    table["_label"] = labels.values
+    step = pd.DateOffset(months=PERIOD_MONTHS[cfg.period] * cfg.width)
+    counts = table.groupby("_start", sort=True).size()
+    kept_starts, dropped = [], []
+    for s, n in counts.items():
+        label = table.loc[table["_start"] == s, "_label"].iloc[0]
+        if n < cfg.min_samples:
+            dropped.append({"label": label, "n": int(n), "reason": f"fewer than min_samples={cfg.min_samples} rows"})
+        else:
+            kept_starts.append(s)
+    if not kept_starts:
+        raise DataError(f"slicing: no slice has at least min_samples={cfg.min_samples} rows "
+                        f"({len(dropped)} slices dropped)")
+    index_of = {s: k for k, s in enumerate(kept_starts)}
+    rows = table[table["_start"].isin(index_of)].copy()
+    rows["slice"] = rows["_start"].map(index_of).astype("int64")
+    rows = rows.sort_values(["slice", "id"], kind="stable").reset_index(drop=True)
+
+    keys = stratify_key(rows, meta).to_numpy()
+    split = np.empty(len(rows), dtype=object)
+    slices_info = []
+    for k, s in enumerate(kept_starts):
+        sel = np.flatnonzero(rows["slice"].to_numpy() == k)
+        # Per-slice seed: the split of a slice does not change when other slices come or go.
+        seed = [cfg.split_seed, int(pd.Timestamp(s).year), int(pd.Timestamp(s).month)]
+        test = stratified_split(keys[sel], cfg.test_fraction, np.random.SeedSequence(seed).generate_state(1)[0])
+        split[sel] = np.where(test, "test", "train")
+        part = rows.iloc[sel]
+        slices_info.append({
+            "index": k, "label": str(part["_label"].iloc[0]),
+            "start": pd.Timestamp(s).isoformat(), "end": (pd.Timestamp(s) + step).isoformat(),
+            "n": int(len(sel)), "n_train": int((~test).sum()), "n_test": int(test.sum()),
+            "label_counts": label_counts(part, meta),
+        })
+    rows["split"] = split.astype(str)
+    manifest = {
+        "dataset": meta.to_dict(), "period": cfg.period, "width": cfg.width,
+        "split_seed": cfg.split_seed, "test_fraction": cfg.test_fraction, "min_samples": cfg.min_samples,
+        "slices": slices_info, "dropped": dropped,
+        "rows_dropped": int(sum(d["n"] for d in dropped)),
+    }
+    return rows, manifest
+
+
+def label_counts(part: pd.DataFrame, meta: DatasetMeta) -> dict[str, int]:
+    """Per class / rating level / category counts of one slice."""
+    if meta.task == "multilabel":
+        return {c.removeprefix("label_"): int(part[c].sum()) for c in meta.label_columns}
+    col = part[meta.label_columns[0]]
+    if meta.task == "regression":
+        return {str(k): int(v) for k, v in col.value_counts().sort_index().items()}
+    names = meta.class_names or tuple(str(i) for i in range(int(col.max()) + 1))
+    return {names[int(k)]: int(v) for k, v in col.value_counts().sort_index().items()}
+
+
+def run(params: Params, src: str | Path, out: str | Path) -> dict[str, Any]:
+    """Slice the ingested table and write ``rows.parquet``, ``images.npy`` and ``manifest.json``."""
+    ingested = load_ingested(src)
+    rows, manifest = make_slices(ingested.table, ingested.meta, params.slicing)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    positions = rows["_pos"].to_numpy()
+    rows = rows.drop(columns=["_pos", "_start", "_label"])
+    if ingested.images is not None:
+        np.save(out / "images.npy", ingested.images[positions])
+    rows.to_parquet(out / "rows.parquet", index=False)
+    manifest["data_version"] = fingerprint(
+        pd.util.hash_pandas_object(rows.drop(columns=["timestamp"]), index=False).sum().item(),
+        manifest["slices"], str(ingested.images.sum()) if ingested.images is not None else "")
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def describe(manifest: dict[str, Any]) -> str:
+    """Short terminal table of the slices and what was dropped."""
+    lines = [f"{len(manifest['slices'])} slices ({manifest['period']} x {manifest['width']}), "
+             f"split seed {manifest['split_seed']}, data version {manifest.get('data_version', '?')}"]
+    for s in manifest["slices"]:
+        counts = ", ".join(f"{k}={v}" for k, v in s["label_counts"].items())
+        lines.append(f"  {s['label']:>12}  n={s['n']:>6}  train={s['n_train']:>6}  test={s['n_test']:>5}  {counts}")
+    for d in manifest["dropped"]:
+        lines.append(f"  dropped slice {d['label']}: {d['n']} rows ({d['reason']})")
+    return "\n".join(lines)
+
+
+def load_slices(slices_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Any], np.ndarray | None]:
+    """Rows, manifest and images (or None) of a slices folder."""
+    slices_dir = Path(slices_dir)
+    if not (slices_dir / "manifest.json").exists():
+        raise DataError(f"{slices_dir}: no manifest.json (run the slice stage first)")
+    manifest = json.loads((slices_dir / "manifest.json").read_text())
+    rows = pd.read_parquet(slices_dir / "rows.parquet")
+    images_path = slices_dir / "images.npy"
+    images = np.load(images_path, mmap_mode="r") if images_path.exists() else None
+    return rows, manifest, images

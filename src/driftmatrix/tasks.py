@@ -1,0 +1,122 @@
+"""Task-specific targets, losses and cell metrics (protocol section 4).
+
+Loss weights are computed from the training targets of the cutoff being trained (never from
+later slices). Metrics are reported in the paper's units: accuracy and macro AUC in percent,
+balanced MSE raw (lower is better).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pandas as pd
+    import torch
+
+    from driftmatrix.data.table import DatasetMeta
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    key: str
+    name: str
+    unit: str
+    higher_is_better: bool
+
+
+METRICS = {
+    "accuracy": MetricInfo("accuracy", "Accuracy", "%", True),
+    "macro_auc": MetricInfo("macro_auc", "Macro AUC", "%", True),
+    "balanced_mse": MetricInfo("balanced_mse", "Balanced MSE", "", False),
+}
+
+
+def targets_array(rows: "pd.DataFrame", meta: "DatasetMeta") -> np.ndarray:
+    """Targets of every row: int64 classes, float32 (N, C) multi-hot, or float32 ratings."""
+    if meta.task == "multilabel":
+        return rows[list(meta.label_columns)].to_numpy(dtype=np.float32)
+    col = rows[meta.label_columns[0]]
+    if meta.task == "regression":
+        return col.to_numpy(dtype=np.float32)
+    return col.to_numpy(dtype=np.int64)
+
+
+def make_loss(task: str, train_targets: np.ndarray) -> Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]:
+    """The training loss of a task, weighted from this cutoff's training targets only.
+
+    - binary / multiclass: cross-entropy on the logits;
+    - multilabel: BCE with logits, ``pos_weight_c = negatives_c / positives_c`` (1 where a
+      category has no positives yet, so it neither explodes nor vanishes);
+    - regression: weighted MSE with ``w_r = n / n_r`` for each rating level ``r`` present.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if task in ("binary", "multiclass"):
+        return lambda out, y: F.cross_entropy(out, y)
+    if task == "multilabel":
+        pos = train_targets.sum(axis=0)
+        neg = len(train_targets) - pos
+        pos_weight = torch.as_tensor(np.where(pos > 0, neg / np.maximum(pos, 1), 1.0), dtype=torch.float32)
+        return lambda out, y: F.binary_cross_entropy_with_logits(out, y, pos_weight=pos_weight.to(out.device))
+    if task == "regression":
+        levels, counts = np.unique(np.round(train_targets).astype(np.int64), return_counts=True)
+        table = np.zeros(int(levels.max()) + 2, dtype=np.float32)
+        table[levels] = len(train_targets) / counts
+        weights = torch.as_tensor(table)
+
+        def weighted_mse(out: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
+            idx = y.round().long().clamp(0, len(weights) - 1)
+            w = weights.to(out.device)[idx]
+            return (w * (out.reshape(-1) - y) ** 2).sum() / w.sum()
+
+        return weighted_mse
+    raise ValueError(f"unknown task {task!r}")
+
+
+def metric_for(task: str) -> MetricInfo:
+    return METRICS[{"binary": "accuracy", "multiclass": "accuracy", "multilabel": "macro_auc",
+                    "regression": "balanced_mse"}[task]]
+
+
+def cell_score(task: str, outputs: np.ndarray, targets: np.ndarray,
+               categories: tuple[str, ...] = ()) -> tuple[float, list[str]]:
+    """Score of one drift-matrix cell in the reported unit, plus the categories left out.
+
+    Empty evaluation sets give NaN. For macro AUC a category without positives or without
+    negatives in this cell cannot be scored: it is left out of the average and named.
+    """
+    if len(targets) == 0:
+        return float("nan"), []
+    if task in ("binary", "multiclass"):
+        return float((outputs.argmax(axis=1) == targets).mean() * 100.0), []
+    if task == "regression":
+        return balanced_mse(outputs.reshape(-1), targets), []
+    if task == "multilabel":
+        return macro_auc(outputs, targets, categories)
+    raise ValueError(f"unknown task {task!r}")
+
+
+def balanced_mse(pred: np.ndarray, target: np.ndarray) -> float:
+    """Mean over the rating levels present of the per-level MSE."""
+    levels = np.round(target).astype(np.int64)
+    per_level = [np.mean((pred[levels == r] - target[levels == r]) ** 2) for r in np.unique(levels)]
+    return float(np.mean(per_level))
+
+
+def macro_auc(scores: np.ndarray, targets: np.ndarray, categories: tuple[str, ...] = ()) -> tuple[float, list[str]]:
+    """Macro ROC AUC in percent over categories with both classes present; names the others."""
+    from sklearn.metrics import roc_auc_score
+
+    names = categories or tuple(str(c) for c in range(targets.shape[1]))
+    aucs, left_out = [], []
+    for c, name in enumerate(names):
+        y = targets[:, c]
+        if y.min() == y.max():
+            left_out.append(name)
+            continue
+        aucs.append(roc_auc_score(y, scores[:, c]))
+    return (float(np.mean(aucs) * 100.0) if aucs else float("nan")), left_out
