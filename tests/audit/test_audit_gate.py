@@ -105,6 +105,19 @@ def test_cli_exits_nonzero_then_zero_with_override(tmp_path, monkeypatch):
     assert "Overridden" in res.output
 
 
+def test_an_id_in_two_slices_fails_both(tmp_path):
+    rows, manifest, _ = make_slices(k=3, per_slice=60)
+    moved = rows[rows["slice"] == 1].iloc[[0]].assign(slice=2, timestamp=pd.Timestamp("2002-03-01", tz="UTC"))
+    rows = pd.concat([rows, moved]).sort_values(["slice", "id"], kind="stable").reset_index(drop=True)
+    with pytest.raises(gate.ValidationFailed) as err:
+        _run(tmp_path, write_slices(tmp_path / "slices", rows, manifest))
+    assert "slice 2001: id_in_one_slice failed" in str(err.value)
+    assert "slice 2002: id_in_one_slice failed" in str(err.value)
+    results = json.loads((tmp_path / "validation" / "results.json").read_text())
+    rec = next(r for r in results["slices"][1]["expectations"] if r["expectation"] == "id_in_one_slice")
+    assert rec["examples"][0]["id"] == moved["id"].iloc[0]
+
+
 def test_non_critical_share_checks_warn_without_closing_the_gate(tmp_path):
     rows, manifest, _ = make_slices(k=4, per_slice=150, task="multiclass", n_classes=3, label_shift=0.8)
     slices = write_slices(tmp_path / "slices", rows, manifest)

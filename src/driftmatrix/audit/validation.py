@@ -31,9 +31,11 @@ from driftmatrix.audit.slices import Slices, allowed_values, axis_names, counts_
 from driftmatrix.config import ConfigError
 
 CHECKS = ("columns", "types", "not_null", "label_set", "split_set", "min_rows", "timestamp_in_period",
-          "unique_id", "classes_present", "class_share", "share_vs_history", "split_stratification")
+          "unique_id", "id_in_one_slice", "classes_present", "class_share", "share_vs_history",
+          "split_stratification")
 DEFAULT_CRITICAL = ("columns", "types", "not_null", "label_set", "split_set", "min_rows",
-                    "timestamp_in_period", "unique_id", "classes_present", "split_stratification")
+                    "timestamp_in_period", "unique_id", "id_in_one_slice", "classes_present", "split_stratification")
+ELSEWHERE = "_id_in_other_slice"  # derived column: the row's id also occurs in another slice
 KINDS = {"string": "string", "datetime[UTC]": "datetime[UTC]", "integer": "integer", "numeric": "integer|float"}
 
 
@@ -111,6 +113,14 @@ def expected_kinds(slices: Slices) -> dict[str, str]:
     if meta.input_kind == "text":
         kinds["text"] = "string"
     return kinds
+
+
+def ids_in_several_slices(rows: pd.DataFrame) -> set:
+    """Ids that occur in more than one slice (a record in two periods leaks across cutoffs)."""
+    if "id" not in rows:
+        return set()
+    n_slices = rows.groupby("id", sort=False)["slice"].nunique()
+    return set(n_slices.index[n_slices > 1])
 
 
 def schema_frame(frame: pd.DataFrame, kinds: Mapping[str, str]) -> pd.DataFrame:
@@ -200,6 +210,8 @@ def rows_expectations(gx: Any, slices: Slices, spec: Mapping[str, Any], cfg: Val
                    column_set=sorted(kinds), exact_match=False),
            _expect(gx, "ExpectTableRowCountToBeBetween", "min_rows", f">= {cfg.min_rows}", min_value=cfg.min_rows),
            _expect(gx, "ExpectColumnValuesToBeUnique", "unique_id", "no duplicate id", column="id"),
+           _expect(gx, "ExpectColumnValuesToBeInSet", "id_in_one_slice", "no id also in another slice",
+                   column=ELSEWHERE, value_set=[False]),
            _expect(gx, "ExpectColumnValuesToBeBetween", "timestamp_in_period", f"[{start.isoformat()}, {end.isoformat()})",
                    column="timestamp", min_value=start, max_value=end, strict_max=True),
            _expect(gx, "ExpectColumnValuesToBeInSet", "split_set", "in ['test', 'train']", column="split",
@@ -277,11 +289,14 @@ def validate_slices(slices: Slices, cfg: ValidationConfig, runner: GXRunner | No
     labelled = {"split", *slices.meta.label_columns} <= set(slices.rows.columns)
     levels = label_levels(slices.meta, slices.rows, cfg.label_values) if labelled else []
     counts, n = counts_by_slice(slices.rows, slices.meta, levels, len(slices.specs)) if labelled else (None, None)
+    shared_ids = ids_in_several_slices(slices.rows)
     out = []
     for spec in slices.specs:
         i, label = int(spec["index"]), str(spec["label"])
         frame = slices.frame(i).reset_index(drop=True)
         schema = schema_frame(frame, kinds)
+        if "id" in frame:
+            frame = frame.assign(**{ELSEWHERE: frame["id"].isin(shared_ids)})
         present = set(frame.columns)
         row_checks = [e for e in rows_expectations(gx, slices, spec, cfg, levels)
                       if getattr(e, "column", None) in (None, *present)]  # missing columns: see "columns"
