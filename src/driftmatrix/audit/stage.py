@@ -8,8 +8,6 @@ and ``plots/prevalence.csv`` (DVC plots), ``figures/*.png`` and ``report.html``.
 from __future__ import annotations
 
 import json
-import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -20,8 +18,6 @@ import pandas as pd
 from driftmatrix.audit import drift, figures, report
 from driftmatrix.audit.slices import Slices, axis_names, counts_by_slice, label_levels, load_slices
 from driftmatrix.config import ConfigError
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -245,21 +241,13 @@ def build_report(audit: Audit, pngs: Mapping[str, bytes], validation_dir: Path) 
     return report.render(f"Data audit: {audit.dataset}", sections)
 
 
-def log_to_mlflow(params: Any, cfg: AuditConfig, audit: Audit, out: Path) -> str | None:
-    """Run ``audit · <dataset>`` tagged ``kind=audit``; skipped when no tracking is configured."""
-    try:
-        from driftmatrix.tracking import configure  # written by the tracking owner
-    except ImportError:
-        configure = None
-    if configure is None and not os.environ.get("MLFLOW_TRACKING_URI"):
-        log.info("audit: no driftmatrix.tracking and no MLFLOW_TRACKING_URI; MLflow logging skipped")
-        return None
+def log_to_mlflow(params: Any, cfg: AuditConfig, audit: Audit, out: Path) -> str:
+    """One run ``audit · <dataset>`` tagged ``kind=audit`` in the configured store."""
     import mlflow
 
-    if configure is not None:
-        configure(params.tracking)
-    else:
-        mlflow.set_experiment(params.tracking.experiment)
+    from driftmatrix.tracking import configure
+
+    configure(params.tracking)
     with mlflow.start_run(run_name=f"audit · {audit.dataset}", tags={"kind": "audit", "dataset": audit.dataset}) as run:
         mlflow.log_params({"smoothing_alpha": cfg.smoothing_alpha, "top_n": cfg.top_n, "mmd_samples": cfg.mmd_samples,
                            "permutations": cfg.permutations, "image_size": cfg.image_size})
