@@ -106,6 +106,17 @@ def finished_run(exp_id: str, key: UnitKey) -> str | None:
     return keep.info.run_id if keep else None
 
 
+def delete_unit_runs(exp_id: str, key: UnitKey) -> int:
+    """Delete every run of this unit (its checkpoint is gone or stale); returns how many."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    runs = client.search_runs([exp_id], filter_string=key.filter())
+    for r in runs:
+        client.delete_run(r.info.run_id)
+    return len(runs)
+
+
 def start_unit_run(exp_id: str, key: UnitKey, params: Mapping[str, Any], extra_tags: Mapping[str, str] = ()):
     """Start the MLflow run of one unit with its name, tags and params (a context manager)."""
     import mlflow

@@ -124,14 +124,16 @@ class Experiment:
         self.split = rows["split"].to_numpy()
         self.labels = [s["label"] for s in self.manifest["slices"]]
         self.targets_np = targets_array(rows, self.meta)
-        self.targets = torch.as_tensor(self.targets_np).to(self.device)
-        self.inputs = load_inputs(self.spec.inputs, slices_dir, features_dir, self.spec.encoder).to(self.device)
+        self.targets = torch.as_tensor(self.targets_np.copy()).to(self.device)
+        self.inputs = load_inputs(self.spec.inputs, slices_dir, features_dir, self.spec.encoder,
+                                  params.extra.get("embed")).to(self.device)
         self.info = dict(getattr(self.inputs, "info", {}))
         self.dataset = params.dataset.name
 
     def config_key(self, seed: int, cutoff: int) -> str:
+        features = (self.info["cache"],) if "cache" in self.info else ()  # cached encoder features
         return fingerprint(self.spec.name, self.spec.description, self.cfg, self.manifest["data_version"],
-                           seed, cutoff, self.labels[cutoff])
+                           seed, cutoff, self.labels[cutoff], *features)
 
     def unit_key(self, seed: int, cutoff: int):
         from driftmatrix.tracking import UnitKey
@@ -164,14 +166,15 @@ class Experiment:
 
 
 def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
-        validation_dir: str | Path = "outputs/validation") -> list[dict[str, Any]]:
+        validation_dir: str | Path = "outputs/validation",
+        features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
     """Train every (seed, cutoff) unit of ``model`` not yet done; log each as one MLflow run."""
     import mlflow
     import torch
 
     from driftmatrix import tracking
 
-    exp = Experiment(params, model, slices_dir)
+    exp = Experiment(params, model, slices_dir, features_dir)
     exp_id = tracking.configure(params.tracking)
     overrides = _validation_overrides(validation_dir)
     K, seeds = len(exp.labels), exp.cfg.seeds
@@ -183,11 +186,13 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
             ckpt, sidecar = unit_paths(out_dir, model, seed, i)
             key = exp.unit_key(seed, i)
             prefix = f"[{step}/{total}] {model} seed {seed} cutoff {exp.labels[i]}"
-            if sidecar.exists() and json.loads(sidecar.read_text()).get("config_key") == key.config_key \
-                    and ckpt.exists() and tracking.finished_run(exp_id, key):
+            finished = tracking.finished_run(exp_id, key)  # also clears half-finished leftovers
+            if finished and ckpt.exists() and sidecar.exists() \
+                    and json.loads(sidecar.read_text()).get("run_id") == finished:
                 log.info("%s: done already, skipped", prefix)
                 continue
-            tracking.finished_run(exp_id, key)  # clears a half-finished run of this unit
+            if finished:  # its checkpoint is missing or stale: redo the unit under a new run
+                tracking.delete_unit_runs(exp_id, key)
             started = time.perf_counter()
             train_params = {**asdict(exp.cfg), "model": model, "family": exp.spec.family,
                             "inputs": exp.spec.inputs, "encoder": exp.spec.encoder or "",

@@ -35,7 +35,13 @@ def ingest(params: Params, strict: bool = False) -> IngestResult:
     """Read the configured dataset into the normalised table (pure apart from reading files)."""
     ds = params.dataset
     read = reader_for(ds.source)
-    result = read(ds.path, name=ds.name, strict=strict, **dict(ds.options))
+    options = dict(ds.options)
+    if ds.source == "table":  # the generic table reader takes its task from params
+        options.setdefault("task", ds.task)
+    result = read(ds.path, name=ds.name, strict=strict, **options)
+    if result.meta.task != ds.task:
+        raise DataError(f"params.yaml: dataset.task is {ds.task!r} but the {ds.source!r} reader "
+                        f"produces a {result.meta.task!r} task; set dataset.task: {result.meta.task}")
     result.validate()
     return result
 

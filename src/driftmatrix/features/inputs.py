@@ -51,15 +51,19 @@ def normalise(pixels: torch.Tensor) -> torch.Tensor:
 
 
 def load_inputs(inputs: str, slices_dir: str | Path, features_dir: str | Path = "outputs/features",
-                encoder: str | None = None) -> Inputs:
-    """Inputs of kind ``pixels``, ``token_states`` or ``pooled`` for every row of the slices."""
+                encoder: str | None = None, embed=None) -> Inputs:
+    """Inputs of kind ``pixels``, ``token_states`` or ``pooled`` for every row of the slices.
+
+    ``embed`` is the ``params.yaml: embed`` section (max length, encoder overrides) that names
+    the feature cache of the non-pixel kinds.
+    """
     from driftmatrix.slicing import load_slices
 
     if inputs == "pixels":
         _, _, images = load_slices(slices_dir)
         if images is None:
             raise DataError(f"{slices_dir}: image model requested but the slices hold no images.npy")
-        return PixelInputs(np.asarray(images))
+        return PixelInputs(np.array(images))
     from driftmatrix.features import cache  # cached encoder features (text states, pooled vectors)
 
-    return cache.load_cached_inputs(inputs, slices_dir, features_dir, encoder)
+    return cache.load_cached_inputs(inputs, slices_dir, features_dir, encoder, embed)

@@ -1,0 +1,64 @@
+"""The whole pipeline in one process (what ``dvc repro`` runs stage by stage).
+
+Used by the smoke tests and the benchmark; users normally run ``dvc repro`` so that DVC skips
+stages whose inputs did not change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from driftmatrix.config import Params
+
+
+@dataclass(frozen=True)
+class Paths:
+    root: Path = Path("outputs")
+
+    @property
+    def ingested(self) -> Path:
+        return self.root / "ingested"
+
+    @property
+    def slices(self) -> Path:
+        return self.root / "slices"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.root / "checkpoints"
+
+    @property
+    def scores(self) -> Path:
+        return self.root / "scores"
+
+    @property
+    def matrices(self) -> Path:
+        return self.root / "matrices"
+
+
+def prepare(params: Params, paths: Paths, generate: bool = False) -> None:
+    """Ingest and slice; with ``generate``, first write the built-in dataset to ``dataset.path``."""
+    from driftmatrix import slicing
+    from driftmatrix.data import ingest, synthetic
+
+    if generate:
+        synthetic.write_dataset(params.synthetic, params.dataset.path)
+    ingest.run(params, paths.ingested)
+    slicing.run(params, paths.ingested, paths.slices)
+
+
+def train_and_evaluate(params: Params, paths: Paths, models: list[str] | None = None) -> None:
+    from driftmatrix import evaluation, training
+
+    for model in models or list(params.models):
+        training.run(params, model, paths.slices, paths.checkpoints)
+        evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores)
+
+
+def run_all(params: Params, paths: Paths = Paths(), generate: bool = False) -> None:
+    from driftmatrix import matrices
+
+    prepare(params, paths, generate)
+    train_and_evaluate(params, paths)
+    matrices.run(params, paths.scores, paths.matrices)

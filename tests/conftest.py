@@ -1,0 +1,42 @@
+"""Shared fixtures: tiny built-in datasets and a temporary MLflow store (never the repo's)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from driftmatrix.config import parse_params
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+def make_tiny_params(tmp_path: Path, **overrides) -> "object":
+    """Params for a tiny synthetic run whose files all live under ``tmp_path``."""
+    raw = {
+        "dataset": {"name": "tiny", "source": "yearbook", "path": str(tmp_path / "raw"), "task": "binary"},
+        "synthetic": {"scenario": "fading-cue", "seed": 0, "first_year": 1950, "years": 4, "per_year": 40},
+        "slicing": {"min_samples": 10},
+        "train": {"seeds": [0, 1], "epochs": 1, "batch_size": 32},
+        "models": {"MLP-S": {}},
+        "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "tiny",
+                     "artifact_root": str(tmp_path / "mlruns"), "log_models": False},
+    }
+    for section, values in overrides.items():
+        raw[section] = {**raw.get(section, {}), **values} if isinstance(values, dict) and section != "models" else values
+    return parse_params(raw)
+
+
+@pytest.fixture
+def mlflow_store(tmp_path, monkeypatch):
+    """Point MLflow at a temporary sqlite store for the duration of a test."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+@pytest.fixture(scope="session")
+def tiny_params():
+    """Factory of params for a tiny synthetic run under a given folder."""
+    return make_tiny_params

@@ -1,0 +1,95 @@
+"""The real pipeline end to end on tiny data, with a temporary MLflow store."""
+
+import json
+
+import numpy as np
+import pytest
+from mlflow.tracking import MlflowClient
+
+from driftmatrix import training
+from driftmatrix.pipeline import Paths, run_all, train_and_evaluate
+from driftmatrix.tracking import UnitKey, configure, load_registered
+
+
+MODELS = {"MLP-S": {}, "CNN-S": {"epochs": 2}}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_params):
+    tmp = tmp_path_factory.mktemp("smoke")
+    params = tiny_params(tmp, models=MODELS, tracking={"log_models": True, "register": True})
+    paths = Paths(tmp / "out")
+    run_all(params, paths, generate=True)
+    return params, paths
+
+
+def cutoff_runs(params, status="FINISHED"):
+    exp_id = configure(params.tracking)
+    runs = MlflowClient().search_runs([exp_id], filter_string="tags.kind = 'cutoff'", max_results=1000)
+    return [r for r in runs if r.info.status == status]
+
+
+def test_matrices_have_protocol_shape_and_sane_values(finished):
+    params, paths = finished
+    for model in MODELS:
+        doc = json.loads((paths.matrices / f"{model}.json").read_text())
+        values = np.array(doc["values"], dtype=float)
+        assert values.shape == (4, 4) and doc["slices"] == ["1950", "1951", "1952", "1953"]
+        assert np.isfinite(values).all() and (values >= 0).all() and (values <= 100).all()
+        assert np.array(doc["seed_values"], dtype=float).shape == (2, 4, 4)
+    metrics = json.loads((paths.root / "metrics.json").read_text())
+    assert set(metrics) == set(MODELS) and {"in_distribution", "future", "decay"} <= set(metrics["CNN-S"])
+    assert (paths.root / "report" / "report.html").stat().st_size > 10_000
+
+
+def test_one_finished_run_per_model_cutoff_seed_with_tags(finished):
+    params, _ = finished
+    runs = cutoff_runs(params)
+    assert len(runs) == len(MODELS) * 4 * 2
+    keys = {(r.data.tags["model"], r.data.tags["cutoff"], r.data.tags["seed"]) for r in runs}
+    assert len(keys) == len(runs)
+    run = next(r for r in runs if r.data.tags["model"] == "CNN-S" and r.data.tags["cutoff"] == "1951")
+    assert run.info.run_name == "CNN-S · cutoff 1951 · seed " + run.data.tags["seed"]
+    for tag in ("dataset", "family", "data_version", "git_commit", "config_key"):
+        assert run.data.tags[tag]
+    assert run.data.tags["family"] == "CNN" and run.data.params["epochs"] == "2"
+    assert {"train_loss", "in_distribution", "future_mean"} <= set(run.data.metrics)
+    history = MlflowClient().get_metric_history(run.info.run_id, "train_loss")
+    assert len(history) == 2
+    artifacts = [a.path for a in MlflowClient().list_artifacts(run.info.run_id, "drift_row")]
+    assert sorted(p.rsplit(".", 1)[1] for p in artifacts) == ["csv", "json"]
+
+
+def test_registry_alias_resolves_to_a_model_that_predicts(finished):
+    params, paths = finished
+    model = load_registered("tiny", "CNN-S", "1952")
+    version = MlflowClient().get_model_version_by_alias("tiny.CNN-S", "cutoff-1952")
+    assert version.tags["cutoff"] == "1952" and version.tags["seed"] == "0"
+    assert MlflowClient().get_model_version_by_alias("tiny.CNN-S", "cutoff-1952-seed-1").tags["seed"] == "1"
+    images = np.load(paths.slices / "images.npy")[:5]
+    from driftmatrix.features.inputs import PixelInputs
+    import torch
+
+    out = model(PixelInputs(images).batch(torch.arange(5))[0])
+    assert out.shape == (5, 2)
+
+
+def test_rerun_skips_finished_work_and_redoes_a_killed_unit(finished, caplog):
+    params, paths = finished
+    before = {r.info.run_id for r in cutoff_runs(params)}
+    # Simulate a unit killed half-way: its sidecar is gone and a RUNNING run was left behind.
+    _, sidecar = training.unit_paths(paths.checkpoints, "MLP-S", 1, 2)
+    sidecar.unlink()
+    exp = training.Experiment(params, "MLP-S", paths.slices)
+    exp_id = configure(params.tracking)
+    key = exp.unit_key(1, 2)
+    old = MlflowClient().search_runs([exp_id], filter_string=key.filter())[0].info.run_id
+    MlflowClient().create_run(exp_id, tags=key.tags())  # the half-finished leftover
+    caplog.set_level("INFO")
+    train_and_evaluate(params, paths, ["MLP-S"])
+    after = cutoff_runs(params)
+    assert len(after) == len(before)  # nothing duplicated
+    assert {r.info.run_id for r in after} - before != set()  # the killed unit was redone
+    assert old not in {r.info.run_id for r in after}
+    assert not cutoff_runs(params, "RUNNING")
+    assert sum("done already, skipped" in m for m in caplog.messages) == 7
