@@ -1,0 +1,1 @@
+"""Explanations of trained checkpoints: gradient saliency maps and how concentrated they are."""

@@ -1,0 +1,43 @@
+"""Pixel-space forward passes for checkpoints that do not read pixels themselves.
+
+A frozen-encoder model is a linear head trained on cached pooled features; its saliency needs the
+whole path pixels -> frozen backbone -> head. :func:`encoder_prepare` builds the differentiable
+``prepare`` for :func:`driftmatrix.explain.saliency.saliency_maps` from a loaded
+``features.encoders.VisionEncoder`` (its backbone, input size and normalisation), so the gradient
+flows through the frozen backbone into the portrait.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+def encoder_prepare(encoder: Any, size: int | None = None):
+    """``[-1, 1]`` pixels (B, 3, h, w) -> ``(pooled features,)`` through a frozen vision encoder.
+
+    Mirrors the encoder's caching path (scale to [0, 1], bilinear resize, mean/std normalisation)
+    but without ``inference_mode``, so it can be differentiated.
+    """
+    from driftmatrix.features.encoders import IMAGE_SIZE
+
+    size = size or IMAGE_SIZE
+
+    def prepare(x: torch.Tensor) -> tuple[torch.Tensor]:
+        x01 = (x + 1.0) / 2.0
+        x01 = F.interpolate(x01, size=(size, size), mode="bilinear", align_corners=False)
+        mean = torch.tensor(encoder.mean, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+        std = torch.tensor(encoder.std, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+        return (encoder._forward((x01 - mean) / std).float(),)
+
+    return prepare
+
+
+def frozen_forward(spec, head: torch.nn.Module, sources: dict | None, device) -> tuple[torch.nn.Module, Any]:
+    """(head, prepare) of a frozen image encoder model named by ``spec.encoder``."""
+    from driftmatrix.features import encoders
+
+    encoder = encoders.load(spec.encoder, sources, device)
+    return head, encoder_prepare(encoder)

@@ -1,0 +1,289 @@
+"""Saliency stage: maps, concentration table, figures and MLflow logging for chosen checkpoints.
+
+Reads ``params.yaml: saliency`` (see docs/explain-and-tune.md)::
+
+    saliency:
+      pairs:                      # (model, cutoff) checkpoints, cutoffs by slice label
+        - {model: CNN-S, cutoff: 1955}
+        - {model: MLP-S, cutoff: 1955}
+      eval_years: [1958, 1965]    # evaluation slices, by label
+      n_images: 500               # at most this many images of each evaluation year
+      batch_size: 128
+
+For every pair, seed and evaluation year the images are the evaluation set of the drift-matrix
+cell (``evaluation.eval_mask``) subsampled to ``n_images`` with a seed fixed per evaluation year,
+so every model and cutoff of the same cell type looks at the same portraits.
+
+Writes under ``out`` (default ``outputs/saliency/``): ``arrays/<model>/cutoff<c>_eval<e>.npz``
+(``maps`` S x H x W per seed, ``mean``, ``seeds``, ``image`` mean image H x W x 3 in [0, 1],
+``rows`` the row indices used), ``saliency_eval<e>.png`` (models as rows, the mean image then one
+column per cutoff), ``concentration.csv`` (one row per model, cutoff, eval year and seed),
+``concentration_summary.csv`` (seed mean and std) and ``concentration.json`` (both). Scores:
+``top5_share`` / ``entropy`` of the mean map, ``top5_share_img`` / ``entropy_img`` the mean over
+images of the same scores of each image's own map.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+
+from driftmatrix.config import ConfigError, Params
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SaliencyConfig:
+    pairs: tuple[tuple[str, str], ...]
+    eval_years: tuple[str, ...]
+    n_images: int = 500
+    batch_size: int = 128
+
+
+def saliency_config(params: Params) -> SaliencyConfig:
+    raw = dict(params.extra.get("saliency") or {})
+    where = "params.yaml: saliency"
+    unknown = sorted(set(raw) - {"pairs", "eval_years", "n_images", "batch_size"})
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}")
+    pairs = []
+    for p in raw.get("pairs") or []:
+        if not isinstance(p, Mapping) or set(p) != {"model", "cutoff"}:
+            raise ConfigError(f"{where}.pairs: each entry is {{model: <name>, cutoff: <slice label>}}, got {p!r}")
+        pairs.append((str(p["model"]), str(p["cutoff"])))
+    years = tuple(str(y) for y in raw.get("eval_years") or [])
+    if not pairs or not years:
+        raise ConfigError(f"{where}: needs at least one entry in pairs and in eval_years")
+    cfg = SaliencyConfig(tuple(pairs), years, int(raw.get("n_images", 500)), int(raw.get("batch_size", 128)))
+    if cfg.n_images < 1 or cfg.batch_size < 1:
+        raise ConfigError(f"{where}: n_images and batch_size must be >= 1")
+    return cfg
+
+
+def slice_index(labels: list[str], label: str, what: str) -> int:
+    try:
+        return labels.index(label)
+    except ValueError:
+        raise ConfigError(f"params.yaml: saliency {what} {label!r} is not a slice label "
+                          f"({labels[0]}..{labels[-1]})") from None
+
+
+def select_rows(slice_ids: np.ndarray, split: np.ndarray, cutoff: int, j: int, n: int) -> np.ndarray:
+    """Up to ``n`` rows of the evaluation set of cell (cutoff, j), sorted; the draw depends on j only."""
+    from driftmatrix.evaluation import eval_mask
+
+    rows = np.flatnonzero(eval_mask(slice_ids, split, cutoff, j))
+    if len(rows) > n:
+        rows = np.sort(np.random.default_rng(j).choice(rows, n, replace=False))
+    return rows
+
+
+def pixel_batches(pixels, rows: np.ndarray, batch_size: int) -> Iterator:
+    """Normalised pixel batches (B, 3, H, W) of ``rows`` from a ``PixelInputs``."""
+    import torch
+
+    for start in range(0, len(rows), batch_size):
+        yield pixels.batch(torch.as_tensor(rows[start:start + batch_size]))[0]
+
+
+def pixel_forward(exp, model):
+    """(module, prepare) that runs a loaded checkpoint from [-1, 1] pixels.
+
+    Pixel models are used as they are. A frozen image encoder's head (``inputs="pooled"``) is
+    preceded by its frozen backbone (``explain.adapters``), loaded from ``params.yaml:
+    embed.sources`` when given; the gradient flows through the backbone.
+    """
+    if exp.spec.inputs == "pixels":
+        return model, None
+    if exp.spec.inputs == "pooled" and exp.spec.modality == "image":
+        from driftmatrix.explain.adapters import frozen_forward
+
+        sources = dict((exp.params.extra.get("embed") or {}).get("sources") or {})
+        return frozen_forward(exp.spec, model, sources, exp.device)
+    raise ConfigError(f"saliency: {exp.spec.name} is not an image model (inputs {exp.spec.inputs!r})")
+
+
+def pixel_inputs(exp, slices_dir: str | Path):
+    if exp.spec.inputs == "pixels":
+        return exp.inputs
+    from driftmatrix.features.inputs import load_inputs
+
+    return load_inputs("pixels", slices_dir).to(exp.device)
+
+
+def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int) -> list[tuple[int, Path, str | None]]:
+    """(seed, checkpoint, run id) of every seed whose checkpoint matches the current config."""
+    from driftmatrix.training import unit_paths
+
+    found = []
+    for seed in exp.cfg.seeds:
+        ckpt, sidecar = unit_paths(checkpoints_dir, exp.spec.name, seed, cutoff)
+        if not (ckpt.exists() and sidecar.exists()):
+            continue
+        meta = json.loads(sidecar.read_text())
+        if meta.get("config_key") != exp.config_key(seed, cutoff):
+            log.warning("%s: trained with another configuration, skipped", sidecar)
+            continue
+        found.append((seed, ckpt, meta.get("run_id")))
+    if not found:
+        raise FileNotFoundError(f"saliency: no finished checkpoint of {exp.spec.name} at cutoff "
+                                f"{exp.labels[cutoff]} in {checkpoints_dir} (run `driftmatrix train` first)")
+    return found
+
+
+def cell_maps(exp, pixels, checkpoints: list[tuple[int, Path, str | None]], rows: np.ndarray,
+              batch_size: int) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
+    """Mean saliency map per seed (S, H, W), the mean image (H, W, 3) in [0, 1], and per seed the
+    mean over images of the per-image concentration scores."""
+    from driftmatrix.explain import concentration as conc
+    from driftmatrix.explain.saliency import mean_saliency
+
+    per_image = {"top5_share_img": lambda m: conc.top_share(m.cpu().numpy()),
+                 "entropy_img": lambda m: conc.normalised_entropy(m.cpu().numpy())}
+    maps, image, img_scores = [], None, []
+    for _, ckpt, _ in checkpoints:
+        module, prepare = pixel_forward(exp, exp.load_model(ckpt))
+        module.eval()
+        summary = mean_saliency(module, pixel_batches(pixels, rows, batch_size), prepare, per_image)
+        maps.append(summary.mean_map.cpu().numpy())
+        img_scores.append(dict(summary.per_image))
+        image = ((summary.mean_image.cpu().numpy().transpose(1, 2, 0) + 1.0) / 2.0).clip(0, 1)
+    return np.stack(maps), image, img_scores
+
+
+def concentration_rows(model: str, family: str, cutoff: str, eval_year: str, seeds: list[int],
+                       maps: np.ndarray, img_scores: list[dict[str, float]], n_images: int) -> list[dict[str, Any]]:
+    """One table row per seed: scores of the mean map, and mean per-image scores."""
+    from driftmatrix.explain.concentration import scores
+
+    return [{"model": model, "family": family, "cutoff": cutoff, "eval": eval_year, "seed": s,
+             "n_images": n_images, **scores(m), **extra} for s, m, extra in zip(seeds, maps, img_scores)]
+
+
+def summarise(rows: list[dict[str, Any]]):
+    """Seed mean and std (ddof=1) of the concentration scores per model, cutoff and eval year."""
+    import pandas as pd
+
+    frame = pd.DataFrame(rows)
+    keys = ["model", "family", "cutoff", "eval"]
+    out = frame.groupby(keys, sort=False).agg(
+        seeds=("seed", "count"), n_images=("n_images", "first"),
+        top5_share=("top5_share", "mean"), top5_share_std=("top5_share", "std"),
+        entropy=("entropy", "mean"), entropy_std=("entropy", "std"),
+        top5_share_img=("top5_share_img", "mean"), entropy_img=("entropy_img", "mean")).reset_index()
+    return out
+
+
+def draw_grid(cells: Mapping[tuple[str, str], np.ndarray], image: np.ndarray, models: list[str],
+              cutoffs: list[str], eval_year: str, path: Path) -> Path:
+    """Models as rows, the evaluation year's mean image then one column per cutoff."""
+    from driftmatrix.reporting.figures import _plt
+
+    plt = _plt()
+    fig, axes = plt.subplots(len(models), len(cutoffs) + 1, squeeze=False,
+                             figsize=(1.9 * (len(cutoffs) + 1), 1.9 * len(models) + 0.4))
+    for r, model in enumerate(models):
+        axes[r, 0].imshow(image, interpolation="nearest")
+        axes[r, 0].set_ylabel(model)
+        for c, cutoff in enumerate(cutoffs, start=1):
+            m = cells.get((model, cutoff))
+            if m is not None:
+                axes[r, c].imshow(m, cmap="inferno", vmin=0, vmax=max(float(m.max()), 1e-12),
+                                  interpolation="nearest")
+            if r == 0:
+                axes[r, c].set_title(f"trained to {cutoff}", fontsize=9)
+        if r == 0:
+            axes[r, 0].set_title(f"mean image {eval_year}", fontsize=9)
+    for ax in axes.ravel():
+        ax.set_xticks([])
+        ax.set_yticks([])
+    fig.suptitle(f"Gradient saliency, evaluated on {eval_year}", fontsize=10)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run(params: Params, slices_dir: str | Path = "outputs/slices",
+        checkpoints_dir: str | Path = "outputs/checkpoints", out_dir: str | Path = "outputs/saliency",
+        log_mlflow: bool = True) -> dict[str, Any]:
+    """Compute every configured cell, write arrays, tables and figures; log to the checkpoints' runs."""
+    from driftmatrix.training import Experiment
+
+    cfg = saliency_config(params)
+    out = Path(out_dir)
+    models = list(dict.fromkeys(m for m, _ in cfg.pairs))
+    cutoffs = list(dict.fromkeys(c for _, c in cfg.pairs))
+    table: list[dict[str, Any]] = []
+    grids: dict[str, dict[tuple[str, str], np.ndarray]] = {e: {} for e in cfg.eval_years}
+    images: dict[str, np.ndarray] = {}
+    logged: list[tuple[str, str, str, Path]] = []  # (run id, cutoff, eval, npz)
+    for model in models:
+        exp = Experiment(params, model, slices_dir)
+        pixels = pixel_inputs(exp, slices_dir)
+        for cutoff in (c for m, c in cfg.pairs if m == model):
+            i = slice_index(exp.labels, cutoff, "cutoff")
+            checkpoints = finished_seeds(exp, checkpoints_dir, i)
+            seeds = [s for s, _, _ in checkpoints]
+            for eval_year in cfg.eval_years:
+                j = slice_index(exp.labels, eval_year, "eval year")
+                rows = select_rows(exp.slice_ids, exp.split, i, j, cfg.n_images)
+                maps, image, img_scores = cell_maps(exp, pixels, checkpoints, rows, cfg.batch_size)
+                npz = out / "arrays" / model / f"cutoff{cutoff}_eval{eval_year}.npz"
+                npz.parent.mkdir(parents=True, exist_ok=True)
+                np.savez_compressed(npz, maps=maps, mean=maps.mean(axis=0), seeds=np.array(seeds),
+                                    image=image, rows=rows)
+                table += concentration_rows(model, exp.spec.family, cutoff, eval_year, seeds, maps, img_scores,
+                                            len(rows))
+                grids[eval_year][(model, cutoff)] = maps.mean(axis=0)
+                images.setdefault(eval_year, image)
+                logged += [(run_id, cutoff, eval_year, npz) for _, _, run_id in checkpoints if run_id]
+                log.info("saliency %s cutoff %s eval %s: %d images x %d seeds", model, cutoff, eval_year,
+                         len(rows), len(seeds))
+    figures = {e: draw_grid(grids[e], images[e], models, cutoffs, e, out / f"saliency_eval{e}.png")
+               for e in cfg.eval_years}
+    summary = summarise(table)
+    import pandas as pd
+
+    pd.DataFrame(table).to_csv(out / "concentration.csv", index=False)
+    summary.to_csv(out / "concentration_summary.csv", index=False)
+    result = {"rows": table, "summary": json.loads(summary.to_json(orient="records")),
+              "figures": {e: str(p) for e, p in figures.items()}}
+    (out / "concentration.json").write_text(json.dumps(result, indent=2))
+    if log_mlflow and logged:
+        _log_runs(params, logged, table, figures)
+    return result
+
+
+def _log_runs(params: Params, logged, table, figures) -> None:
+    """Metrics and artifacts on the MLflow run of each checkpoint (id from its sidecar)."""
+    import mlflow
+
+    from driftmatrix import tracking
+
+    tracking.configure(params.tracking)
+    by_run: dict[str, list[tuple[str, str, Path]]] = {}
+    for run_id, cutoff, eval_year, npz in logged:
+        by_run.setdefault(run_id, []).append((cutoff, eval_year, npz))
+    for run_id, items in by_run.items():
+        try:
+            with mlflow.start_run(run_id=run_id):
+                seed = int(mlflow.active_run().data.tags.get("seed", -1))
+                model = mlflow.active_run().data.tags.get("model")
+                for cutoff, eval_year, npz in items:
+                    row = next((r for r in table if r["model"] == model and r["cutoff"] == cutoff
+                                and r["eval"] == eval_year and r["seed"] == seed), None)
+                    if row:
+                        mlflow.log_metrics({f"saliency_top5_share_eval{eval_year}": row["top5_share"],
+                                            f"saliency_entropy_eval{eval_year}": row["entropy"]})
+                    mlflow.log_artifact(str(npz), artifact_path="saliency")
+                    mlflow.log_artifact(str(figures[eval_year]), artifact_path="saliency")
+        except mlflow.exceptions.MlflowException as exc:
+            log.warning("saliency: could not log to MLflow run %s: %s", run_id, exc)

@@ -1,0 +1,86 @@
+"""The saliency stage on checkpoints of the fading-local-cue scenario.
+
+The generator hides a 4x4 class texture at a random spot inside ``cue_region()``. A CNN reads
+that texture; an MLP cannot localise it and reads the global oval instead. So the CNN's maps must
+be more concentrated than the MLP's and put their mass in the cue region.
+"""
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from driftmatrix.config import ConfigError, replace
+from driftmatrix.data.synthetic import cue_region
+from driftmatrix.explain import concentration as conc
+from driftmatrix.explain import stage
+
+
+@pytest.fixture(scope="module")
+def result(trained):
+    tmp, params, labels = trained.tmp, trained.params, trained.labels
+    cfg = {"pairs": [{"model": m, "cutoff": int(labels[trained.cutoff])} for m in trained.models],  # YAML gives ints
+           "eval_years": [labels[1], labels[6]], "n_images": 200, "batch_size": 64}
+    params = replace(params, extra={"saliency": cfg})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
+        out = stage.run(params, tmp / "slices", tmp / "checkpoints", tmp / "saliency")
+    return tmp, labels, out, trained.cutoff
+
+
+def _row(out, model, eval_year):
+    return next(r for r in out["rows"] if r["model"] == model and r["eval"] == eval_year)
+
+
+def test_cnn_is_more_concentrated_than_mlp_where_the_cue_is(result):
+    tmp, labels, out, cutoff = result
+    early = labels[1]  # a cue-bearing year inside the training window (its test split)
+    cnn, mlp = _row(out, "CNN-S", early), _row(out, "MLP-S", early)
+    assert cnn["top5_share"] > mlp["top5_share"]
+    assert cnn["top5_share_img"] > mlp["top5_share_img"] + 0.03
+    assert cnn["entropy_img"] < mlp["entropy_img"]
+    rows, cols = cue_region()
+    maps = {m: np.load(tmp / "saliency" / "arrays" / m / f"cutoff{labels[cutoff]}_eval{early}.npz")["mean"]
+            for m in ("CNN-S", "MLP-S")}
+    area = (rows.stop - rows.start) * (cols.stop - cols.start) / maps["CNN-S"].size
+    cnn_in = conc.region_share(maps["CNN-S"], rows, cols)
+    assert cnn_in > 1.8 * area and cnn_in > conc.region_share(maps["MLP-S"], rows, cols)
+
+
+def test_outputs_tables_and_figures(result):
+    tmp, labels, out, cutoff = result
+    root = tmp / "saliency"
+    with np.load(root / "arrays" / "CNN-S" / f"cutoff{labels[cutoff]}_eval{labels[6]}.npz") as z:
+        assert z["maps"].shape == (1, 32, 32) and z["image"].shape == (32, 32, 3)
+        assert list(z["seeds"]) == [0] and len(z["rows"]) == 150  # the whole later slice (< 200)
+        assert 0 <= z["mean"].min() and z["mean"].max() <= 1
+    with np.load(root / "arrays" / "CNN-S" / f"cutoff{labels[cutoff]}_eval{labels[1]}.npz") as z:
+        assert len(z["rows"]) == 45  # test split only: the slice was in the training window
+    table = pd.read_csv(root / "concentration.csv")
+    assert len(table) == 4 and set(table["model"]) == {"CNN-S", "MLP-S"}
+    summary = pd.read_csv(root / "concentration_summary.csv")
+    assert {"top5_share", "top5_share_std", "entropy", "top5_share_img"} <= set(summary.columns)
+    assert json.loads((root / "concentration.json").read_text())["summary"]
+    for year in (labels[1], labels[6]):
+        assert (root / f"saliency_eval{year}.png").stat().st_size > 1000
+
+
+def test_logged_to_the_checkpoint_run(result):
+    from mlflow import MlflowClient
+
+    tmp, labels, _, cutoff = result
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    run_id = json.loads((tmp / "checkpoints" / "CNN-S" / "seed0" / f"cutoff{cutoff:03d}.json").read_text())["run_id"]
+    run = client.get_run(run_id)
+    assert f"saliency_top5_share_eval{labels[1]}" in run.data.metrics
+    names = {a.path for a in client.list_artifacts(run_id, "saliency")}
+    assert f"saliency/cutoff{labels[cutoff]}_eval{labels[1]}.npz" in names
+
+
+def test_config_errors_name_the_key(trained):
+    params = trained.params
+    with pytest.raises(ConfigError, match="pairs"):
+        stage.saliency_config(replace(params, extra={"saliency": {"pairs": [{"model": "CNN-S"}], "eval_years": [1]}}))
+    with pytest.raises(ConfigError, match="unknown"):
+        stage.saliency_config(replace(params, extra={"saliency": {"pair": []}}))
