@@ -43,11 +43,16 @@ def _params(path: Path):
 def data_generate(params: Path = PARAMS_OPT,
                   out: Optional[Path] = typer.Option(None, help="Target folder (default: dataset.path)."),
                   force: bool = typer.Option(False, help="Rewrite even if the folder is complete.")) -> None:
-    """Write the built-in synthetic yearbook in the real Yearbook folder layout."""
-    from driftmatrix.data import synthetic
+    """Write the built-in dataset in the format of dataset.source: yearbook portraits, amazon
+    reviews or arxiv papers (see src/driftmatrix/data/synthetic*.py)."""
+    from driftmatrix.data import synthetic, synthetic_text
 
     p = _params(params)
     target = out or Path(p.dataset.path)
+    if p.dataset.source in synthetic_text.WRITERS:
+        n = synthetic_text.WRITERS[p.dataset.source](p.synthetic, target, force=force)
+        typer.echo(f"synthetic {p.dataset.source} text ({p.synthetic.scenario}): {n} documents in {target}")
+        return
     n = synthetic.write_dataset(p.synthetic, target, force=force)
     typer.echo(f"synthetic yearbook ({p.synthetic.scenario}): {n} images in {target}")
 
@@ -138,25 +143,41 @@ def audit(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/s
     typer.echo(f"audit of {result['dataset']}: {', '.join(result['measures'])} -> {out / 'report.html'}")
 
 
+FEATURES_OPT = typer.Option(Path("outputs/features"), "--features", help="Feature caches (embed stage).")
+
+
+@app.command()
+def embed(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
+          out: Path = typer.Option(Path("outputs/features"), "--out", "--features", help="Feature caches."),
+          model: list[str] = typer.Option([], "--model", "-m", help="Only the encoders of these models "
+                                          "(repeatable; default: every model in params.yaml).")) -> None:
+    """Run each frozen encoder the configured models need once over every row; resumable."""
+    from driftmatrix.features import cache
+
+    for m in cache.run(_params(params), slices, out, model or None):
+        typer.echo(f"{m['encoder']}: {m['n']} rows, dim {m['dim']}, "
+                   f"{'token states + pooled' if m['has_states'] else 'pooled'} -> {m['path']}")
+
+
 @app.command()
 def train(model: str = typer.Option(..., "--model", "-m", help="Registry name, e.g. CNN-S."),
           params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
-          out: Path = typer.Option(Path("outputs/checkpoints"))) -> None:
+          out: Path = typer.Option(Path("outputs/checkpoints")), features: Path = FEATURES_OPT) -> None:
     """Train a fresh model per (cutoff, seed) on the cumulative history; resumes finished work."""
     from driftmatrix import training
 
-    training.run(_params(params), model, slices, out)
+    training.run(_params(params), model, slices, out, features_dir=features)
 
 
 @app.command()
 def evaluate(model: str = typer.Option(..., "--model", "-m"), params: Path = PARAMS_OPT,
              slices: Path = typer.Option(Path("outputs/slices")),
              checkpoints: Path = typer.Option(Path("outputs/checkpoints")),
-             out: Path = typer.Option(Path("outputs/scores"))) -> None:
+             out: Path = typer.Option(Path("outputs/scores")), features: Path = FEATURES_OPT) -> None:
     """Score every checkpoint on every slice in one pass; write drift-matrix rows."""
     from driftmatrix import evaluation
 
-    evaluation.run(_params(params), model, slices, checkpoints, out)
+    evaluation.run(_params(params), model, slices, checkpoints, out, features_dir=features)
 
 
 @app.command()

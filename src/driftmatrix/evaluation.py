@@ -55,14 +55,14 @@ def row_path(out_dir: str | Path, model: str, seed: int, cutoff: int) -> Path:
 
 
 def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str | Path,
-        out_dir: str | Path) -> list[dict[str, Any]]:
+        out_dir: str | Path, features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
     """Score every trained unit of ``model`` not yet scored; log each row to its MLflow run."""
     import mlflow
 
     from driftmatrix import tracking
     from driftmatrix.training import Experiment, predict, unit_paths
 
-    exp = Experiment(params, model, slices_dir)
+    exp = Experiment(params, model, slices_dir, features_dir)
     tracking.configure(params.tracking)
     categories = tuple(c.removeprefix("label_") for c in exp.meta.label_columns)
     K = len(exp.labels)

@@ -14,7 +14,7 @@ from typing import Any, Callable, Mapping
 
 INPUTS = ("pixels", "token_states", "pooled")
 # Modules that register models when imported (kept lazy: torch loads only when a model is needed).
-MODEL_MODULES = ["driftmatrix.models.image"]
+MODEL_MODULES = ["driftmatrix.models.image", "driftmatrix.models.text", "driftmatrix.models.frozen"]
 
 
 @dataclass(frozen=True)

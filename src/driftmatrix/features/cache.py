@@ -1,0 +1,302 @@
+"""Feature caches: run each frozen encoder once over every row of the slices, reuse it everywhere.
+
+Layout of ``<features>/<key>/`` (key = encoder name, max length or image size, and a hash of
+the weights' name/path, the slices' ``data_version`` and the shard size)::
+
+    manifest.json            encoder, source, max_len, dim, n, shard_size, has_states, complete
+    pooled-00000.npy         float32 (n, D): masked-mean token states (text) or backbone features
+    states-00000.npy         float16 (n, max_len, D) token states, zeros at padding (text models)
+    mask-00000.npy           bool (n, max_len), true on real tokens
+
+Shards are written atomically, so an interrupted run keeps every finished shard and resumes at
+the first missing one. Readers memory-map the shards: token states for 300k documents never
+have to fit in memory, and every model, cutoff and seed reads the same files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from driftmatrix.config import build, fingerprint
+from driftmatrix.data.table import DataError
+from driftmatrix.features import encoders
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    """``params.yaml: embed`` (all optional)."""
+
+    token_encoder: str | None = None  # encoder of the token-state models; None: theirs (RoBERTa)
+    max_length: int = 128  # tokens per document (paper: 128 Amazon, 256 arXiv)
+    batch_size: int = 64
+    shard_size: int = 4096  # documents or images per shard file
+    device: str = "auto"
+    sources: Mapping[str, str] = field(default_factory=dict)  # name -> local folder / weight file
+    progress: bool = True
+
+
+def embed_config(raw: Mapping[str, Any] | EmbedConfig | None) -> EmbedConfig:
+    if isinstance(raw, EmbedConfig):
+        return raw
+    return build(EmbedConfig, {k: v for k, v in dict(raw or {}).items()}, "params.yaml: embed")
+
+
+def encoder_of(inputs: str, spec_encoder: str | None, cfg: EmbedConfig) -> str:
+    """The encoder whose cache a model reads (token-state models follow ``embed.token_encoder``)."""
+    if inputs == "token_states" and cfg.token_encoder:
+        return cfg.token_encoder
+    if not spec_encoder:
+        raise DataError(f"a model with inputs {inputs!r} needs an encoder")
+    return spec_encoder
+
+
+def needed(model_names: Iterable[str], cfg: EmbedConfig) -> dict[str, bool]:
+    """Encoders the configured models read -> whether token states (not only pooled) are needed."""
+    from driftmatrix.models.registry import get
+
+    out: dict[str, bool] = {}
+    for name in model_names:
+        spec = get(name)
+        if spec.inputs == "pixels":
+            continue
+        enc = encoder_of(spec.inputs, spec.encoder, cfg)
+        out[enc] = out.get(enc, False) or spec.inputs == "token_states"
+    return out
+
+
+def cache_key(encoder: str, cfg: EmbedConfig, data_version: str) -> str:
+    """Folder name of a cache; any change of weights, length, data or sharding gives a new one."""
+    info = encoders.info_for(encoder)
+    source = cfg.sources.get(encoder) or info.source  # the bundled copy is the same weights as the hub id
+    extent = f"len{cfg.max_length}" if info.modality == "text" else f"{encoders.IMAGE_SIZE}px"
+    digest = fingerprint(FORMAT, encoder, source, extent, data_version, cfg.shard_size)
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", encoder).strip("_")[-60:]
+    return f"{slug}-{extent}-{digest}"
+
+
+def shard_files(shard: int, with_states: bool) -> list[str]:
+    names = ["pooled"] + (["mask", "states"] if with_states else [])
+    return [f"{n}-{shard:05d}.npy" for n in names]
+
+
+def _save_atomic(path: Path, array: np.ndarray) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("wb") as fh:
+        np.save(fh, array)
+    os.replace(tmp, path)
+
+
+def _encode_text_shard(encoder, texts: list[str], cfg: EmbedConfig, with_states: bool):
+    """(pooled, mask, states) of one shard; documents are batched by similar token length."""
+    import torch
+
+    from driftmatrix.features.pooling import masked_mean
+
+    lengths = encoder.lengths(texts, cfg.max_length) if hasattr(encoder, "lengths") else np.array(
+        [len(t) for t in texts])
+    order = np.argsort(-lengths, kind="stable")
+    pooled = np.zeros((len(texts), 0), np.float32)
+    states = masks = None
+    for start in range(0, len(texts), cfg.batch_size):
+        idx = order[start:start + cfg.batch_size]
+        s, m = encoder.encode([texts[i] for i in idx], cfg.max_length)
+        p = masked_mean(torch.from_numpy(s), torch.from_numpy(m)).numpy()
+        if pooled.shape[1] == 0:
+            pooled = np.zeros((len(texts), p.shape[1]), np.float32)
+            if with_states:
+                states = np.zeros((len(texts), cfg.max_length, s.shape[2]), np.float16)
+                masks = np.zeros((len(texts), cfg.max_length), bool)
+        pooled[idx] = p
+        if with_states:
+            states[idx] = s.astype(np.float16)
+            masks[idx] = m
+    return pooled, masks, states
+
+
+def build_cache(encoder_name: str, items, out_dir: str | Path, cfg: EmbedConfig, with_states: bool,
+                data_version: str, load: Callable[..., Any] | None = None) -> dict[str, Any]:
+    """Encode every item (texts or uint8 images) into ``out_dir``, resuming at the first missing shard."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    info = encoders.info_for(encoder_name)
+    n = len(items)
+    n_shards = max(1, -(-n // cfg.shard_size))
+    todo = [s for s in range(n_shards)
+            if not all((out_dir / f).exists() for f in shard_files(s, with_states))]
+    manifest_path = out_dir / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    if not todo and manifest.get("complete") and (manifest.get("has_states") or not with_states):
+        return manifest
+    manifest = {"format": FORMAT, "encoder": encoder_name, "modality": info.modality,
+                "source": cfg.sources.get(encoder_name) or info.source,
+                "max_len": cfg.max_length if info.modality == "text" else None,
+                "image_size": encoders.IMAGE_SIZE if info.modality == "image" else None,
+                "data_version": data_version, "n": n, "shard_size": cfg.shard_size, "n_shards": n_shards,
+                "has_states": False, "complete": False, "dim": None}
+    manifest_path.write_text(json.dumps(manifest, indent=2))
+    if todo:
+        _encode_shards(encoder_name, info.modality, items, out_dir, cfg, with_states, todo, load)
+    manifest["dim"] = int(np.load(out_dir / "pooled-00000.npy", mmap_mode="r").shape[1])
+    manifest["has_states"] = all((out_dir / f).exists() for s in range(n_shards) for f in shard_files(s, True))
+    manifest["complete"] = True
+    manifest_path.write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def _encode_shards(encoder_name: str, modality: str, items, out_dir: Path, cfg: EmbedConfig, with_states: bool,
+                   todo: list[int], load: Callable[..., Any] | None) -> None:
+    n = len(items)
+    encoder = (load or encoders.load)(encoder_name, cfg.sources, None if cfg.device == "auto" else cfg.device)
+    log.info("embed %s: %d shard(s) to encode (%d rows in all) -> %s", encoder_name, len(todo), n, out_dir)
+    bar = _progress(cfg.progress, total=sum(min(cfg.shard_size, n - s * cfg.shard_size) for s in todo),
+                    desc=f"embed {encoder_name}")
+    for s in todo:
+        lo, hi = s * cfg.shard_size, min(n, (s + 1) * cfg.shard_size)
+        if modality == "text":
+            pooled, masks, states = _encode_text_shard(encoder, [str(t) for t in items[lo:hi]], cfg, with_states)
+        else:
+            pooled = np.concatenate([encoder.encode(np.asarray(items[b:min(hi, b + cfg.batch_size)]))
+                                     for b in range(lo, hi, cfg.batch_size)]).astype(np.float32)
+        _save_atomic(out_dir / f"pooled-{s:05d}.npy", pooled)
+        if with_states:
+            _save_atomic(out_dir / f"mask-{s:05d}.npy", masks)
+            _save_atomic(out_dir / f"states-{s:05d}.npy", states)
+        bar.update(hi - lo)
+    bar.close()
+
+
+def _progress(enabled: bool, **kwargs):
+    from tqdm import tqdm
+
+    return tqdm(disable=not enabled, unit="row", **kwargs)
+
+
+def run(params, slices_dir: str | Path, features_dir: str | Path,
+        models: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    """Embed stage: cache every encoder the configured models read (skips finished caches)."""
+    from driftmatrix.slicing import load_slices
+
+    cfg = embed_config(params.extra.get("embed"))
+    wanted = needed(models or list(params.models), cfg)
+    if not wanted:
+        log.info("embed: no configured model reads cached features; nothing to do")
+        return []
+    rows, manifest, images = load_slices(slices_dir)
+    version = manifest["data_version"]
+    done = []
+    for name, with_states in wanted.items():
+        modality = encoders.info_for(name).modality
+        if modality == "text":
+            if "text" not in rows.columns:
+                raise DataError(f"{slices_dir}: encoder {name} needs a text column; the slices have none")
+            items = rows["text"].fillna("").to_numpy()
+        else:
+            if images is None:
+                raise DataError(f"{slices_dir}: image encoder {name} needs images.npy; the slices have none")
+            items = images
+        out = Path(features_dir) / cache_key(name, cfg, version)
+        done.append({**build_cache(name, items, out, cfg, with_states, version), "path": str(out)})
+    return done
+
+
+# --- reading ------------------------------------------------------------------------------------
+def open_cache(path: Path, data_version: str, with_states: bool) -> dict[str, Any]:
+    manifest_path = path / "manifest.json"
+    if not manifest_path.exists():
+        raise DataError(f"{path}: no feature cache (run `driftmatrix embed` first)")
+    manifest = json.loads(manifest_path.read_text())
+    if not manifest.get("complete") or manifest.get("data_version") != data_version:
+        raise DataError(f"{path}: feature cache incomplete or for other data (run `driftmatrix embed`)")
+    if with_states and not manifest.get("has_states"):
+        raise DataError(f"{path}: cache holds pooled features only; token states are needed "
+                        f"(run `driftmatrix embed` with the token-state models configured)")
+    return manifest
+
+
+class PooledInputs:
+    """Cached pooled features (N, D) as one float tensor; batch(idx) -> (features,)."""
+
+    def __init__(self, data, info: Mapping[str, Any]):
+        import torch
+
+        self.data = data if isinstance(data, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(data))
+        self.info = dict(info)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def to(self, device) -> "PooledInputs":
+        return PooledInputs(self.data.to(device), self.info)
+
+    def batch(self, idx):
+        return (self.data[idx.to(self.data.device)],)
+
+
+class TokenStateInputs:
+    """Memory-mapped token-state shards; batch(idx) -> (states float32 (B, L', D), mask (B, L')).
+
+    Each batch is cut to its longest document (L' <= max_len); the models ignore padding, so
+    this changes no output, only the work.
+    """
+
+    def __init__(self, states: list[np.ndarray], masks: list[np.ndarray], shard_size: int,
+                 info: Mapping[str, Any], device=None):
+        self.states, self.masks, self.shard_size = states, masks, shard_size
+        self.info = dict(info)
+        self.device = device
+        self.n = sum(len(m) for m in masks)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def to(self, device) -> "TokenStateInputs":
+        return TokenStateInputs(self.states, self.masks, self.shard_size, self.info, device)
+
+    def batch(self, idx):
+        import torch
+
+        rows = idx.cpu().numpy() if isinstance(idx, torch.Tensor) else np.asarray(idx)
+        shard, local = np.divmod(rows, self.shard_size)
+        first = self.states[0]
+        states = np.empty((len(rows),) + first.shape[1:], first.dtype)
+        masks = np.empty((len(rows), first.shape[1]), bool)
+        for s in np.unique(shard):
+            sel = shard == s
+            states[sel] = self.states[s][local[sel]]
+            masks[sel] = self.masks[s][local[sel]]
+        longest = max(int(masks.sum(axis=1).max(initial=0)), 1)
+        out_states = torch.from_numpy(states[:, :longest]).to(self.device).float()
+        return out_states, torch.from_numpy(masks[:, :longest]).to(self.device)
+
+
+def load_cached_inputs(inputs: str, slices_dir: str | Path, features_dir: str | Path, encoder: str | None,
+                       embed: Mapping[str, Any] | EmbedConfig | None = None):
+    """Inputs of kind ``token_states`` or ``pooled`` for every row of the slices, from the cache."""
+    if inputs not in ("token_states", "pooled"):
+        raise DataError(f"unknown inputs kind {inputs!r}")
+    cfg = embed_config(embed)
+    name = encoder_of(inputs, encoder, cfg)
+    version = json.loads((Path(slices_dir) / "manifest.json").read_text())["data_version"]
+    key = cache_key(name, cfg, version)
+    path = Path(features_dir) / key
+    manifest = open_cache(path, version, inputs == "token_states")
+    shards = range(manifest["n_shards"])
+    info = {"dim": manifest["dim"], "encoder": name, "cache": key}
+    if inputs == "pooled":
+        pooled = np.concatenate([np.load(path / f"pooled-{s:05d}.npy") for s in shards])
+        return PooledInputs(pooled, info)
+    states = [np.load(path / f"states-{s:05d}.npy", mmap_mode="r") for s in shards]
+    masks = [np.load(path / f"mask-{s:05d}.npy", mmap_mode="r") for s in shards]
+    return TokenStateInputs(states, masks, manifest["shard_size"], {**info, "max_len": manifest["max_len"]})
