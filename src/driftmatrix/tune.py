@@ -1,0 +1,383 @@
+"""Hyperparameter search (Optuna) that never reads a row from after the tuning cutoff.
+
+Protocol (docs/explain-and-tune.md): for a tuning cutoff ``c`` and ``v`` validation periods the
+tuner may read D_<=c only, the train splits of slices 0..c (``training.cutoff_train_rows``), i.e.
+exactly what the cutoff-``c`` model of the study trains on. Inside it, an inner temporal split:
+
+- inner train: train splits of slices 0..c-v;
+- validation: train splits of slices c-v+1..c (the "future" of the inner model).
+
+No test row of any slice and no row of a slice after ``c`` is ever read: :func:`restrict` cuts
+the inputs and targets down to D_<=c before the objective sees them, and :func:`objective` is a
+function of that restricted data and a training config only (tests poison everything else). The
+score is the mean over the validation slices of the task's cell metric (``tasks.cell_score``),
+like the future mean of a drift-matrix row; it is reported after every epoch for median pruning.
+
+A study per (dataset, model) lives in sqlite storage; re-running the command resumes it up to
+``tune.n_trials`` finished trials (trials a killed process left RUNNING are marked FAIL first).
+Every trial is an MLflow run tagged ``kind=tuning``. The best parameters are written as a preset
+(``presets/tuned/<dataset>-<model>.yaml``) holding a ``models: {<model>: {...}}`` block.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from driftmatrix.config import ConfigError, Params, TrainConfig, build, fingerprint
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SPACE: dict[str, Any] = {
+    "lr": {"low": 1e-4, "high": 3e-3, "log": True},
+    "weight_decay": {"low": 1e-6, "high": 1e-2, "log": True},
+    "epochs": {"low": 3, "high": 12},
+    "batch_size": [32, 64, 128],
+    "dropout": {"low": 0.0, "high": 0.3},
+}
+TUNABLE = ("lr", "weight_decay", "epochs", "batch_size", "dropout", "grad_clip", "optimizer")
+
+
+@dataclass(frozen=True)
+class TuneConfig:
+    cutoff: str  # label of the tuning cutoff slice: the last period the tuner may read
+    validation_periods: int = 2
+    n_trials: int = 20  # finished trials wanted in the study (a re-run tops it up)
+    timeout: float | None = None  # seconds per invocation
+    seed: int = 0  # model seed of every trial, and sampler seed
+    storage: str = "sqlite:///outputs/tuning/optuna.db"
+    presets_dir: str = "presets/tuned"
+    pruner_startup_trials: int = 3  # median pruning starts after this many finished trials
+    pruner_warmup_epochs: int = 1  # and never prunes before this many epochs of a trial
+    space: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_SPACE))
+
+
+def tune_config(params: Params) -> TuneConfig:
+    raw = dict(params.extra.get("tune") or {})
+    if "cutoff" not in raw:
+        raise ConfigError("params.yaml: tune.cutoff (the tuning cutoff slice label) is required")
+    raw["cutoff"] = str(raw["cutoff"])
+    cfg = build(TuneConfig, raw, "params.yaml: tune")
+    for name, spec in cfg.space.items():
+        if name not in TUNABLE:
+            raise ConfigError(f"params.yaml: tune.space.{name} is not tunable; choose from {TUNABLE}")
+        if spec is not None and not isinstance(spec, (list, tuple, Mapping)):
+            raise ConfigError(f"params.yaml: tune.space.{name}: a list of choices or {{low, high, log?, step?}}")
+    if cfg.validation_periods < 1:
+        raise ConfigError("params.yaml: tune.validation_periods must be >= 1")
+    return cfg
+
+
+# --- pure pieces: the inner split, the restricted data, the objective -----------------------------
+def inner_split(slice_ids: np.ndarray, split: np.ndarray, cutoff: int, v: int) -> tuple[np.ndarray, np.ndarray]:
+    """(inner train rows, validation rows) inside D_<=cutoff; global row indices, sorted."""
+    from driftmatrix.training import cutoff_train_rows
+
+    first_val = cutoff - v + 1
+    if first_val < 1:
+        raise ConfigError(f"tune: cutoff index {cutoff} with {v} validation periods leaves no slice to train on")
+    allowed = cutoff_train_rows(slice_ids, split, cutoff)
+    return allowed[slice_ids[allowed] < first_val], allowed[slice_ids[allowed] >= first_val]
+
+
+class RowSubset:
+    """An inputs object seen through a row list: position p reads row ``rows[p]`` of ``inputs``."""
+
+    def __init__(self, inputs, rows: np.ndarray):
+        import torch
+
+        self.inputs = inputs
+        self.rows = torch.as_tensor(np.asarray(rows), dtype=torch.long)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def to(self, device) -> "RowSubset":
+        return RowSubset(self.inputs.to(device), self.rows.numpy())
+
+    def batch(self, idx):
+        return self.inputs.batch(self.rows[idx.cpu()])
+
+
+@dataclass(frozen=True)
+class TuningData:
+    """All the objective may read: D_<=cutoff re-indexed 0..n-1, with the inner split positions."""
+
+    inputs: Any  # RowSubset of the experiment's inputs
+    targets: Any  # torch tensor, rows of D_<=cutoff
+    targets_np: np.ndarray
+    slice_ids: np.ndarray
+    train_pos: np.ndarray
+    val_pos: np.ndarray
+    rows: np.ndarray  # global row index of each position (for audit and tests)
+    task: str
+
+
+def restrict(exp, cutoff: int, v: int) -> TuningData:
+    """Cut an experiment's rows down to D_<=cutoff and lay out the inner temporal split."""
+    import torch
+
+    train_rows, val_rows = inner_split(exp.slice_ids, exp.split, cutoff, v)
+    rows = np.concatenate([train_rows, val_rows])
+    t = torch.as_tensor(rows, dtype=torch.long)
+    return TuningData(inputs=RowSubset(exp.inputs, rows), targets=exp.targets[t.to(exp.targets.device)],
+                      targets_np=exp.targets_np[rows].copy(), slice_ids=exp.slice_ids[rows].copy(),
+                      train_pos=np.arange(len(train_rows)), val_pos=np.arange(len(train_rows), len(rows)),
+                      rows=rows, task=exp.meta.task)
+
+
+def validation_score(model, data: TuningData, batch_size: int) -> float:
+    """Mean over the validation slices of the task metric (reported unit)."""
+    from driftmatrix.tasks import cell_score
+    from driftmatrix.training import predict
+
+    out = predict(model, RowSubset(data.inputs, data.val_pos), batch_size)
+    targets, slices = data.targets_np[data.val_pos], data.slice_ids[data.val_pos]
+    return float(np.nanmean([cell_score(data.task, out[slices == k], targets[slices == k])[0]
+                             for k in np.unique(slices)]))
+
+
+def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any], seed: int, device,
+              report: Callable[[int, float], None] | None = None) -> float:
+    """Train on the inner train rows with ``cfg``; validation score after the last epoch.
+
+    ``report(epoch, score)`` is called after every epoch (it may raise to prune the trial).
+    """
+    from driftmatrix.tasks import make_loss
+    from driftmatrix.training import fit
+
+    model = new_model(seed)
+    loss_fn = make_loss(data.task, data.targets_np[data.train_pos])
+    scores: list[float] = []
+
+    def on_epoch(epoch: int, _loss: float) -> None:
+        scores.append(validation_score(model, data, cfg.eval_batch_size))
+        model.train()  # predict() switched to eval mode; fit() goes on training
+        if report:
+            report(epoch, scores[-1])
+
+    fit(model, data.inputs, data.targets, data.train_pos, cfg, loss_fn, seed, device, on_epoch)
+    return scores[-1] if scores else validation_score(model, data, cfg.eval_batch_size)
+
+
+def suggest(trial, space: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Training overrides of one trial from the declared space (ints when both bounds are ints)."""
+    out: dict[str, Any] = {}
+    for name, spec in space.items():
+        if spec is None or name in skip:
+            continue
+        if isinstance(spec, (list, tuple)):
+            out[name] = trial.suggest_categorical(name, list(spec))
+            continue
+        low, high = spec["low"], spec["high"]
+        kwargs = {"log": bool(spec.get("log", False))}
+        if spec.get("step") is not None:
+            kwargs["step"] = spec["step"]
+        if isinstance(low, int) and isinstance(high, int) and not isinstance(low, bool):
+            out[name] = trial.suggest_int(name, low, high, **kwargs)
+        else:
+            out[name] = trial.suggest_float(name, float(low), float(high), **kwargs)
+    return out
+
+
+def with_config(exp, cfg: TrainConfig):
+    """A shallow copy of ``exp`` training with ``cfg`` (shares slices, inputs and targets)."""
+    out = copy.copy(exp)
+    out.cfg = cfg
+    return out
+
+
+def has_dropout(model) -> bool:
+    from torch import nn
+
+    return any(isinstance(m, nn.Dropout) for m in model.modules())
+
+
+# --- the study (side effects: storage, MLflow, preset file) ---------------------------------------
+def study_name(dataset: str, model: str) -> str:
+    return f"{dataset}-{model}"
+
+
+def trial_run_name(model: str, number: int) -> str:
+    return f"tune · {model} · trial {number}"
+
+
+def _storage_url(url: str) -> str:
+    if url.startswith("sqlite:///"):
+        Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+    return url
+
+
+def finished_count(study) -> int:
+    from optuna.trial import TrialState
+
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+
+
+def fail_leftovers(study) -> int:
+    """Mark trials a killed process left RUNNING as FAIL (one tuner per study at a time)."""
+    from optuna.trial import TrialState
+
+    stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+    for t in stale:
+        study.tell(t.number, state=TrialState.FAIL)
+    return len(stale)
+
+
+def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
+        n_trials: int | None = None, storage: str | None = None, presets_dir: str | Path | None = None,
+        log_mlflow: bool = True) -> dict[str, Any]:
+    """Create or resume the study of ``model``, run the missing trials, write the preset."""
+    import optuna
+
+    from driftmatrix.explain.stage import slice_index  # label -> index with a named error
+    from driftmatrix.training import Experiment
+
+    cfg = tune_config(params)
+    target = n_trials if n_trials is not None else cfg.n_trials
+    exp = Experiment(params, model, slices_dir)
+    cutoff = slice_index(exp.labels, cfg.cutoff, "tune cutoff")
+    data = restrict(exp, cutoff, cfg.validation_periods)
+    higher = exp.metric.higher_is_better
+    skip = () if has_dropout(exp.new_model(0)) else ("dropout",)
+    setup = fingerprint(model, exp.manifest["data_version"], cfg.cutoff, cfg.validation_periods,
+                        dict(cfg.space), exp.cfg, cfg.seed)
+    name = study_name(exp.dataset, model)
+    url = _storage_url(storage or cfg.storage)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(
+        storage=url, study_name=name, load_if_exists=True,
+        direction="maximize" if higher else "minimize",
+        pruner=optuna.pruners.MedianPruner(n_startup_trials=cfg.pruner_startup_trials,
+                                           n_warmup_steps=cfg.pruner_warmup_epochs))
+    # A resumed study must not replay the first run's random draws: seed by the trials so far.
+    study.sampler = optuna.samplers.TPESampler(seed=cfg.seed + len(study.trials))
+    if study.user_attrs.get("setup", setup) != setup:
+        raise ConfigError(f"tune: study {name!r} in {url} was run with another setup (data, cutoff, space or "
+                          f"base config); delete it or point tune.storage elsewhere")
+    for k, val in {"setup": setup, "cutoff": cfg.cutoff, "validation_periods": cfg.validation_periods,
+                   "metric": exp.metric.key, "train_rows": len(data.train_pos),
+                   "val_rows": len(data.val_pos)}.items():
+        study.set_user_attr(k, val)
+    failed = fail_leftovers(study)
+    exp_id = _mlflow_setup(params, name) if log_mlflow else None
+    info = {"dataset": exp.dataset, "model": model, "family": exp.spec.family, "study": name,
+            "tuning_cutoff": cfg.cutoff, "validation_periods": str(cfg.validation_periods)}
+    val_slices = sorted({exp.labels[k] for k in data.slice_ids[data.val_pos]})
+    train_slices = (exp.labels[0], exp.labels[cutoff - cfg.validation_periods])
+
+    def trial_objective(trial) -> float:
+        overrides = suggest(trial, cfg.space, skip)
+        trial_cfg = build(TrainConfig, {**_asdict(exp.cfg), **overrides}, "tune trial")
+        trial_exp = with_config(exp, trial_cfg)
+
+        def report(epoch: int, score: float) -> None:
+            if exp_id is not None:
+                import mlflow
+
+                mlflow.log_metric("val_score", score, step=epoch)
+            trial.report(score, epoch)
+            if trial.should_prune():
+                raise optuna.TrialPruned(f"epoch {epoch}: {score:.4f}")
+
+        def go() -> float:
+            return objective(data, trial_cfg, trial_exp.new_model, cfg.seed, exp.device, report)
+
+        if exp_id is None:
+            return go()
+        return _tracked(exp_id, trial_run_name(model, trial.number), {**info, "trial": str(trial.number)},
+                        {**overrides, "train_rows": len(data.train_pos), "val_rows": len(data.val_pos),
+                         "train_slices": f"{train_slices[0]}..{train_slices[1]}",
+                         "val_slices": ",".join(val_slices), "seed": cfg.seed}, go)
+
+    started = time.perf_counter()
+    remaining = max(0, target - finished_count(study))
+    if remaining:
+        study.optimize(trial_objective, n_trials=remaining, timeout=cfg.timeout)
+    seconds = time.perf_counter() - started
+    result = {"study": name, "storage": url, "finished": finished_count(study), "ran": remaining,
+              "failed_leftovers": failed, "seconds": round(seconds, 1), "direction": study.direction.name.lower(),
+              "train_slices": list(train_slices), "val_slices": val_slices}
+    completed = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if completed:
+        best = study.best_trial
+        preset = write_preset(Path(presets_dir or cfg.presets_dir), exp.dataset, model, best.params,
+                              header=_preset_header(name, url, best, len(completed), exp.metric.name, cfg,
+                                                    train_slices, val_slices))
+        result.update(best_value=best.value, best_params=best.params, best_trial=best.number, preset=str(preset))
+    log.info("tune %s: %d finished trials (%d run now, %.1f s)%s", name, result["finished"], remaining, seconds,
+             f", best {result['best_value']:.4f} (trial {result['best_trial']})" if completed else "")
+    return result
+
+
+def _asdict(cfg: TrainConfig) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(cfg)
+
+
+def _mlflow_setup(params: Params, study: str) -> str:
+    """Configure MLflow; close runs of this study that a killed process left RUNNING."""
+    from mlflow.tracking import MlflowClient
+
+    from driftmatrix import tracking
+
+    exp_id = tracking.configure(params.tracking)
+    client = MlflowClient()
+    for r in client.search_runs([exp_id], filter_string=f"tags.kind = 'tuning' and tags.study = '{study}' "
+                                                         f"and attributes.status = 'RUNNING'"):
+        client.set_terminated(r.info.run_id, status="KILLED")
+    return exp_id
+
+
+def _tracked(exp_id: str, run_name: str, tags: Mapping[str, str], logged: Mapping[str, Any],
+             go: Callable[[], float]) -> float:
+    """Run one trial inside its MLflow run; a pruned trial ends FINISHED with ``state=pruned``."""
+    import mlflow
+    import optuna
+
+    from driftmatrix.tracking import git_commit
+
+    pruned: optuna.TrialPruned | None = None
+    with mlflow.start_run(experiment_id=exp_id, run_name=run_name,
+                          tags={"kind": "tuning", **tags, "git_commit": git_commit()}):
+        mlflow.log_params(dict(logged))
+        try:
+            value = go()
+        except optuna.TrialPruned as exc:
+            pruned = exc
+            mlflow.set_tag("state", "pruned")
+        else:
+            mlflow.log_metric("objective", value)
+            mlflow.set_tag("state", "complete")
+    if pruned is not None:
+        raise pruned
+    return value
+
+
+def _preset_header(name, url, best, n_complete, metric_name, cfg: TuneConfig, train_slices, val_slices) -> str:
+    return (f"Tuned by `driftmatrix tune`: study {name} ({url}), best of {n_complete} complete trials:\n"
+            f"trial {best.number}, validation {metric_name} {best.value:.4f}.\n"
+            f"Tuning cutoff {cfg.cutoff}: inner train = train splits of {train_slices[0]}..{train_slices[1]}, "
+            f"validation = train splits of {', '.join(val_slices)}.\n"
+            f"Apply: copy the block under `models:` into params.yaml (replaces that model's entry).")
+
+
+def write_preset(presets_dir: Path, dataset: str, model: str, best_params: Mapping[str, Any],
+                 header: str = "") -> Path:
+    """``<presets_dir>/<dataset>-<model>.yaml``: a ``models: {<model>: {...}}`` override block."""
+    import yaml
+
+    values = {k: (float(v) if isinstance(v, float) else v) for k, v in best_params.items()}
+    build(TrainConfig, values, f"preset {model}")  # a preset must be a valid models.<name> entry
+    presets_dir.mkdir(parents=True, exist_ok=True)
+    path = presets_dir / f"{dataset}-{model}.yaml"
+    comment = "".join(f"# {line}\n" for line in header.splitlines())
+    path.write_text(comment + yaml.safe_dump({"models": {model: values}}, sort_keys=True))
+    return path

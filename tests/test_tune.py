@@ -1,0 +1,168 @@
+"""Optuna tuning: the objective reads D_<=cutoff only, and a killed study resumes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from driftmatrix.config import ConfigError, parse_params, replace
+from driftmatrix.training import Experiment, cutoff_train_rows
+
+CUTOFF, V = 4, 2  # tune on slices 0..4: inner train 0..2, validation 3..4; slices 5..7 are the future
+TUNE = {"cutoff": 1954, "validation_periods": V, "n_trials": 2, "seed": 0, "pruner_startup_trials": 1,
+        "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}, "epochs": {"low": 1, "high": 2},
+                  "batch_size": [32, 64], "weight_decay": {"low": 0.0, "high": 1e-3}, "dropout": {"low": 0.0, "high": 0.2}}}
+
+
+@pytest.fixture(scope="module")
+def slices(tmp_path_factory):
+    from driftmatrix import slicing
+    from driftmatrix.data import ingest, synthetic
+
+    tmp = tmp_path_factory.mktemp("tune")
+    params = parse_params({
+        "dataset": {"name": "fading", "path": str(tmp / "raw")},
+        "synthetic": {"scenario": "fading-cue", "years": 8, "per_year": 100},
+        "train": {"seeds": [0], "epochs": 2, "device": "cpu"},
+        "models": {"MLP-S": {}},
+        "tracking": {"experiment": "tune-test", "log_models": False, "register": False},
+        "tune": TUNE})
+    synthetic.write_dataset(params.synthetic, tmp / "raw")
+    ingest.run(params, tmp / "ingested")
+    slicing.run(params, tmp / "ingested", tmp / "slices")
+    torch.set_num_threads(2)
+    return tmp, params
+
+
+class Recording:
+    """Inputs that remember every row index read through them."""
+
+    def __init__(self, inputs):
+        self.inputs, self.seen = inputs, set()
+
+    def __len__(self):
+        return len(self.inputs)
+
+    def to(self, device):
+        return self
+
+    def batch(self, idx):
+        self.seen.update(idx.tolist())
+        return self.inputs.batch(idx)
+
+
+def _flip(exp, rows):
+    """Flip the binary labels of ``rows`` (numpy and tensor targets alike)."""
+    targets = exp.targets_np.copy()
+    targets[rows] = 1 - targets[rows]
+    exp.targets_np, exp.targets = targets, torch.as_tensor(targets)
+
+
+def _value(exp, cfg):
+    from driftmatrix import tune
+
+    data = tune.restrict(exp, CUTOFF, V)
+    return tune.objective(data, cfg, exp.new_model, 0, exp.device), data
+
+
+def test_inner_split_is_inside_the_cutoffs_training_data(slices):
+    from driftmatrix import tune
+
+    tmp, params = slices
+    exp = Experiment(params, "MLP-S", tmp / "slices")
+    train, val = tune.inner_split(exp.slice_ids, exp.split, CUTOFF, V)
+    assert set(np.unique(exp.slice_ids[train])) == {0, 1, 2} and set(np.unique(exp.slice_ids[val])) == {3, 4}
+    assert (exp.split[train] == "train").all() and (exp.split[val] == "train").all()
+    assert np.array_equal(np.sort(np.concatenate([train, val])), cutoff_train_rows(exp.slice_ids, exp.split, CUTOFF))
+    with pytest.raises(ConfigError, match="no slice to train on"):
+        tune.inner_split(exp.slice_ids, exp.split, 1, 2)
+
+
+def test_objective_never_reads_a_row_after_the_cutoff(slices):
+    from driftmatrix import tune
+
+    tmp, params = slices
+    exp = Experiment(params, "MLP-S", tmp / "slices")
+    cfg = replace(exp.cfg, epochs=2)
+    clean, _ = _value(exp, cfg)
+
+    # Poison every row the tuner must not read: all of slices 5..7 and the test splits of 0..4.
+    allowed = cutoff_train_rows(exp.slice_ids, exp.split, CUTOFF)
+    banned = np.setdiff1d(np.arange(len(exp.slice_ids)), allowed)
+    assert (exp.slice_ids[banned] > CUTOFF).sum() == 300
+    gen = torch.Generator().manual_seed(1)
+    exp.inputs.data[torch.as_tensor(banned)] = torch.randint(0, 256, exp.inputs.data[banned].shape,
+                                                             generator=gen, dtype=torch.uint8)
+    _flip(exp, banned)
+    exp.inputs = Recording(exp.inputs)
+    poisoned, data = _value(exp, cfg)
+
+    assert poisoned == clean
+    assert exp.inputs.seen == set(allowed.tolist())  # every row read lies in D_<=cutoff, and all of it
+    assert exp.slice_ids[sorted(exp.inputs.seen)].max() == CUTOFF
+    assert set(data.rows.tolist()) == set(allowed.tolist())
+
+    # The check can fail: poisoning a validation slice does change the objective.
+    val_rows = data.rows[data.val_pos]
+    _flip(exp, val_rows)
+    assert _value(exp, cfg)[0] != clean
+
+
+def test_study_resumes_after_a_kill_and_writes_the_preset(slices, monkeypatch):
+    import optuna
+    from mlflow import MlflowClient
+
+    from driftmatrix import tracking, tune
+
+    tmp, params = slices
+    uri = f"sqlite:///{tmp / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    storage = f"sqlite:///{tmp / 'tuning' / 'optuna.db'}"
+    kw = dict(storage=storage, presets_dir=tmp / "presets")
+
+    first = tune.run(params, "MLP-S", tmp / "slices", n_trials=2, **kw)
+    assert first["finished"] == 2 and first["ran"] == 2
+    # A process killed mid-trial leaves an Optuna trial and an MLflow run RUNNING.
+    study = optuna.load_study(study_name="fading-MLP-S", storage=storage)
+    study.ask()
+    exp_id = tracking.configure(params.tracking)
+    client = MlflowClient(tracking_uri=uri)
+    orphan = client.create_run(exp_id, tags={"kind": "tuning", "study": "fading-MLP-S"}).info.run_id
+
+    second = tune.run(params, "MLP-S", tmp / "slices", n_trials=4, **kw)
+    assert second["failed_leftovers"] == 1 and second["ran"] == 2 and second["finished"] == 4
+    study = optuna.load_study(study_name="fading-MLP-S", storage=storage)
+    states = [t.state for t in study.trials]
+    assert states.count(optuna.trial.TrialState.FAIL) == 1
+    assert len([t for t in study.trials if t.state.is_finished() and t.state.name != "FAIL"]) == 4
+    assert all("dropout" not in t.params for t in study.trials)  # MLP-S has no dropout layer
+    assert client.get_run(orphan).info.status == "KILLED"
+
+    runs = client.search_runs([exp_id], "tags.kind = 'tuning' and attributes.status = 'FINISHED'")
+    assert sorted(r.info.run_name for r in runs) == [f"tune · MLP-S · trial {n}" for n in (0, 1, 3, 4)]
+    assert all(r.data.tags["tuning_cutoff"] == "1954" and r.data.params["val_slices"] == "1953,1954" for r in runs)
+    assert all("val_score" in r.data.metrics for r in runs)
+
+    preset = yaml.safe_load((tmp / "presets" / "fading-MLP-S.yaml").read_text())
+    assert set(preset) == {"models"} and set(preset["models"]["MLP-S"]) == {"lr", "epochs", "batch_size", "weight_decay"}
+    assert preset["models"]["MLP-S"] == study.best_params
+    merged = parse_params({"models": preset["models"]})  # the block is a valid models: entry
+    assert merged.train_for("MLP-S").lr == pytest.approx(study.best_params["lr"])
+
+    # Nothing to do when the study is complete.
+    assert tune.run(params, "MLP-S", tmp / "slices", n_trials=4, **kw)["ran"] == 0
+
+
+def test_a_changed_setup_is_refused(slices, monkeypatch):
+    from driftmatrix import tune
+
+    tmp, params = slices
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow2.db'}")
+    storage = f"sqlite:///{tmp / 'other.db'}"
+    tune.run(params, "MLP-S", tmp / "slices", n_trials=1, storage=storage, presets_dir=tmp / "p2", log_mlflow=False)
+    changed = replace(params, extra={"tune": {**TUNE, "validation_periods": 1}})
+    with pytest.raises(ConfigError, match="another setup"):
+        tune.run(changed, "MLP-S", tmp / "slices", n_trials=2, storage=storage, presets_dir=tmp / "p2",
+                 log_mlflow=False)
