@@ -189,6 +189,38 @@ def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
     stage.run(_params(params), scores, out)
 
 
+@app.command()
+def saliency(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
+             checkpoints: Path = typer.Option(Path("outputs/checkpoints")),
+             out: Path = typer.Option(Path("outputs/saliency")),
+             mlflow: bool = typer.Option(True, help="Log maps and scores to each checkpoint's run.")) -> None:
+    """Gradient saliency maps and concentration scores of the checkpoints in params.yaml: saliency."""
+    from driftmatrix.explain import stage
+
+    result = stage.run(_params(params), slices, checkpoints, out, log_mlflow=mlflow)
+    for r in result["summary"]:
+        typer.echo(f"{r['model']:<10} cutoff {r['cutoff']:<8} eval {r['eval']:<8} top-5% share {r['top5_share']:.3f} "
+                   f"(per image {r['top5_share_img']:.3f})  entropy {r['entropy']:.3f}")
+    typer.echo(f"-> {out}")
+
+
+@app.command()
+def tune(model: list[str] = typer.Option([], "--model", "-m", help="Registry name (repeatable; default: "
+                                         "every model in params.yaml)."),
+         params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
+         n_trials: Optional[int] = typer.Option(None, help="Finished trials wanted (default: tune.n_trials)."),
+         storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: tune.storage)."),
+         presets: Optional[Path] = typer.Option(None, help="Preset folder (default: tune.presets_dir).")) -> None:
+    """Optuna search on data up to the tuning cutoff only; resumable; writes presets/tuned/<dataset>-<model>.yaml."""
+    from driftmatrix import tune as stage
+
+    p = _params(params)
+    for name in model or list(p.models):
+        r = stage.run(p, name, slices, n_trials=n_trials, storage=storage, presets_dir=presets)
+        best = f"best {r['best_value']:.4f} (trial {r['best_trial']}) -> {r['preset']}" if "preset" in r else "no complete trial"
+        typer.echo(f"{r['study']}: {r['finished']} finished trials ({r['ran']} now, {r['seconds']} s), {best}")
+
+
 @app.command("models")
 def list_models() -> None:
     """List the model registry (name, family, modality)."""
