@@ -152,7 +152,7 @@ class VisionEncoder:
         import torch
         import torch.nn.functional as F
 
-        x = torch.from_numpy(np.ascontiguousarray(images)).to(self.device).permute(0, 3, 1, 2).float() / 255.0
+        x = torch.from_numpy(np.array(images)).to(self.device).permute(0, 3, 1, 2).float() / 255.0
         x = F.interpolate(x, size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear", align_corners=False)
         mean = torch.tensor(self.mean, device=self.device).view(1, 3, 1, 1)
         std = torch.tensor(self.std, device=self.device).view(1, 3, 1, 1)

@@ -1,0 +1,130 @@
+"""Feature caches: one encoder pass per document, keyed invalidation, resume, memory-mapped reads."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+import torch
+from textfixtures import TOY, CountingEncoder
+
+from driftmatrix.data.table import DataError
+from driftmatrix.features import cache, encoders
+from driftmatrix.features.cache import EmbedConfig, cache_key, load_cached_inputs
+from driftmatrix.slicing import load_slices
+from driftmatrix.training import Experiment
+
+
+def n_rows(slices) -> int:
+    return len(load_slices(slices)[0])
+
+
+def with_embed(params, **embed):
+    return replace(params, extra={**params.extra, "embed": {**params.extra["embed"], **embed}})
+
+
+def test_encoder_runs_once_per_document_across_models_cutoffs_and_seeds(review_slices, counting_encoder, tmp_path):
+    params, slices = review_slices
+    models = {"FFN-S": {}, "TX-S": {}, "TextCNN-S": {}, "BiGRU-S": {}}
+    params = replace(params, models=models)
+    features = tmp_path / "features"
+    cache.run(params, slices, features)
+    cache.run(params, slices, features)  # a second embed run finds the cache complete
+    assert len(counting_encoder) == 1 and counting_encoder[0].docs == n_rows(slices)
+    for model in models:
+        exp = Experiment(params, model, slices, features)
+        for seed in (0, 1):
+            for cutoff in (0, len(exp.labels) - 1):
+                exp.train_unit(seed, cutoff)
+    assert len(counting_encoder) == 1 and counting_encoder[0].docs == n_rows(slices)
+
+
+def test_changed_max_length_or_encoder_or_data_gives_a_new_cache(review_slices, counting_encoder, tmp_path):
+    params, slices = review_slices
+    features = tmp_path / "features"
+    cache.run(params, slices, features)
+    cache.run(with_embed(params, max_length=8), slices, features)
+    cache.run(with_embed(params, token_encoder="other-encoder"), slices, features)
+    cache.run(with_embed(params, sources={TOY: "/elsewhere/weights"}), slices, features)
+    assert [e.docs for e in counting_encoder] == [n_rows(slices)] * 4
+    assert len(list(features.iterdir())) == 4
+    cfg = EmbedConfig(token_encoder=TOY)
+    assert cache_key(TOY, cfg, "v1") != cache_key(TOY, cfg, "v2")
+    assert cache_key(TOY, cfg, "v1") == cache_key(TOY, EmbedConfig(token_encoder=TOY), "v1")
+    short = load_cached_inputs("token_states", slices, features, "RoBERTa", with_embed(params, max_length=8).extra["embed"])
+    assert short.info["max_len"] == 8 and short.info["encoder"] == TOY
+
+
+def test_interrupted_caching_resumes_at_the_first_missing_shard(review_slices, monkeypatch, tmp_path):
+    params, slices = review_slices
+    features = tmp_path / "features"
+    cfg = cache.embed_config(params.extra["embed"])
+    first = CountingEncoder(fail_after=2 * cfg.shard_size)
+    monkeypatch.setattr(encoders, "load", lambda *a, **k: first)
+    with pytest.raises(KeyboardInterrupt):
+        cache.run(params, slices, features)
+    (folder,) = features.iterdir()
+    assert sorted(p.name for p in folder.glob("states-*.npy")) == ["states-00000.npy", "states-00001.npy"]
+    assert not json.loads((folder / "manifest.json").read_text())["complete"]
+    with pytest.raises(DataError, match="incomplete"):
+        load_cached_inputs("token_states", slices, features, "RoBERTa", params.extra["embed"])
+    second = CountingEncoder()
+    monkeypatch.setattr(encoders, "load", lambda *a, **k: second)
+    cache.run(params, slices, features)
+    assert second.docs == n_rows(slices) - 2 * cfg.shard_size
+    fresh = CountingEncoder()
+    monkeypatch.setattr(encoders, "load", lambda *a, **k: fresh)
+    cache.run(params, slices, tmp_path / "fresh")
+    resumed = load_cached_inputs("token_states", slices, features, "RoBERTa", params.extra["embed"])
+    whole = load_cached_inputs("token_states", slices, tmp_path / "fresh", "RoBERTa", params.extra["embed"])
+    idx = torch.arange(len(whole))
+    for a, b in zip(resumed.batch(idx), whole.batch(idx)):
+        assert torch.equal(a, b)
+
+
+def test_reads_match_the_encoder_output(review_slices, counting_encoder, tmp_path):
+    params, slices = review_slices
+    features = tmp_path / "features"
+    cache.run(params, slices, features)
+    rows = load_slices(slices)[0]
+    states = load_cached_inputs("token_states", slices, features, "RoBERTa", params.extra["embed"])
+    pooled = load_cached_inputs("pooled", slices, features, TOY, params.extra["embed"])
+    assert len(states) == len(pooled) == len(rows)
+    assert states.info == {"dim": 8, "max_len": 16, "encoder": TOY, "cache": states.info["cache"]}
+    idx = torch.tensor([len(rows) - 1, 0, 70, 3])  # across shards, unsorted
+    x, mask = states.batch(idx)
+    ref_states, ref_mask = CountingEncoder().encode([rows["text"][int(i)] for i in idx], 16)
+    longest = int(ref_mask.sum(1).max())
+    assert x.dtype == torch.float32 and x.shape == (4, longest, 8)  # cut to the longest document
+    assert torch.equal(mask, torch.from_numpy(ref_mask[:, :longest]))
+    np.testing.assert_allclose(x.numpy(), ref_states[:, :longest], atol=2e-3)  # stored as float16
+    (p,) = pooled.batch(idx)
+    expected = (ref_states * ref_mask[..., None]).sum(1) / ref_mask.sum(1, keepdims=True)
+    np.testing.assert_allclose(p.numpy(), expected, rtol=1e-5, atol=1e-6)  # pooled from float32 states
+
+
+def test_pooled_only_cache_is_upgraded_when_token_states_are_needed(review_slices, counting_encoder, tmp_path):
+    params, slices = review_slices
+    features = tmp_path / "features"
+    assert cache.needed(["FFN-S", "MiniLM-L6", "CNN-S"], EmbedConfig()) == {"RoBERTa": True, "MiniLM-L6": False}
+    assert cache.needed(["TX-S", "MiniLM-L6"], EmbedConfig(token_encoder="MiniLM-L6")) == {"MiniLM-L6": True}
+    cfg = cache.embed_config(params.extra["embed"])
+    items = load_slices(slices)[0]["text"].to_numpy()
+    version = json.loads((slices / "manifest.json").read_text())["data_version"]
+    out = features / cache_key(TOY, cfg, version)
+    cache.build_cache(TOY, items, out, cfg, False, version)
+    assert not any(out.glob("states-*")) and counting_encoder[-1].docs == len(items)
+    with pytest.raises(DataError, match="pooled features only"):
+        load_cached_inputs("token_states", slices, features, "RoBERTa", params.extra["embed"])
+    load_cached_inputs("pooled", slices, features, TOY, params.extra["embed"])
+    cache.build_cache(TOY, items, out, cfg, True, version)
+    assert json.loads((out / "manifest.json").read_text())["has_states"]
+    load_cached_inputs("token_states", slices, features, "RoBERTa", params.extra["embed"])
+
+
+def test_missing_cache_names_the_embed_command(review_slices, tmp_path):
+    params, slices = review_slices
+    with pytest.raises(DataError, match="driftmatrix embed"):
+        load_cached_inputs("token_states", slices, tmp_path, "RoBERTa", params.extra["embed"])

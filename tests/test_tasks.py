@@ -1,0 +1,104 @@
+"""Losses and cell metrics of protocol section 4, checked against scikit-learn and by hand."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from sklearn.metrics import mean_squared_error, roc_auc_score
+
+from driftmatrix.tasks import balanced_mse, cell_score, macro_auc, make_loss, metric_for
+
+RNG = np.random.default_rng(0)
+CATS = ("cs.LG", "hep-ph", "cs.CV")
+
+
+def multilabel(n=60, c=3):
+    y = (RNG.random((n, c)) < 0.4).astype(np.float32)
+    scores = y * 0.8 + RNG.normal(0, 0.6, (n, c))
+    return scores, y
+
+
+def test_macro_auc_equals_sklearn_when_every_category_has_both_classes():
+    scores, y = multilabel()
+    value, left = macro_auc(scores, y, CATS)
+    assert left == []
+    assert value == pytest.approx(100 * roc_auc_score(y, scores, average="macro"))
+
+
+@pytest.mark.parametrize("column_value, name", [(0.0, "hep-ph"), (1.0, "hep-ph")])
+def test_category_without_positives_or_negatives_is_left_out_and_named(column_value, name):
+    scores, y = multilabel()
+    y[:, 1] = column_value
+    value, left = macro_auc(scores, y, CATS)
+    assert left == [name]
+    kept = [0, 2]
+    assert value == pytest.approx(100 * roc_auc_score(y[:, kept], scores[:, kept], average="macro"))
+    # scikit-learn gives no number for the full matrix (NaN or an error): the case needs handling
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            assert np.isnan(roc_auc_score(y, scores, average="macro"))
+        except ValueError:
+            pass
+
+
+def test_macro_auc_of_a_cell_with_no_scorable_category_is_nan():
+    y = np.zeros((5, 3), np.float32)
+    value, left = cell_score("multilabel", RNG.random((5, 3)), y, CATS)
+    assert np.isnan(value) and left == list(CATS)
+    assert np.isnan(cell_score("multilabel", np.zeros((0, 3)), np.zeros((0, 3)), CATS)[0])
+
+
+def _sklearn_balanced_mse(pred, target):
+    """Mean over present levels of the per-level MSE = MSE weighted by 1 / n_level."""
+    levels, counts = np.unique(target, return_counts=True)
+    weights = 1.0 / counts[np.searchsorted(levels, target)]
+    return mean_squared_error(target, pred, sample_weight=weights)
+
+
+def test_balanced_mse_matches_sklearn_and_skips_absent_levels():
+    target = RNG.choice([1.0, 2.0, 4.0, 5.0], size=200, p=[0.1, 0.1, 0.2, 0.6])  # level 3 absent
+    pred = target + RNG.normal(0, 0.7, size=200)
+    assert balanced_mse(pred, target) == pytest.approx(_sklearn_balanced_mse(pred, target))
+    per_level = [np.mean((pred[target == r] - r) ** 2) for r in (1, 2, 4, 5)]
+    assert balanced_mse(pred, target) == pytest.approx(np.mean(per_level))
+    # a plain MSE would be dominated by the 5-star majority; the balanced one is not
+    biased = np.where(target == 5, 5.0, target + 2.0)
+    assert balanced_mse(biased, target) == pytest.approx(4.0 * 3 / 4)  # 3 of 4 levels off by 2
+    assert mean_squared_error(target, biased) < 2.0
+
+
+def test_cell_score_units_and_directions():
+    assert metric_for("regression").higher_is_better is False and metric_for("multilabel").unit == "%"
+    value, _ = cell_score("regression", np.array([[4.0], [2.0]]), np.array([5.0, 1.0]))
+    assert value == pytest.approx(1.0)
+    assert cell_score("binary", np.array([[0.1, 0.9], [0.8, 0.2]]), np.array([1, 1]))[0] == pytest.approx(50.0)
+
+
+def test_weighted_mse_uses_inverse_level_frequency_of_the_given_targets():
+    train = np.array([5, 5, 5, 5, 5, 5, 4, 4, 1], np.float32)
+    loss = make_loss("regression", train)
+    y = torch.tensor([5.0, 4.0, 1.0, 3.0])
+    out = torch.tensor([[4.0], [3.0], [3.0], [3.0]])
+    w = torch.tensor([9 / 6, 9 / 2, 9 / 1, 0.0])  # level 3 unseen in training: no weight
+    expected = (w * (out.squeeze(1) - y) ** 2).sum() / w.sum()
+    assert loss(out, y).item() == pytest.approx(expected.item())
+
+
+def test_bce_pos_weight_is_negatives_over_positives_of_the_given_targets():
+    train = np.array([[1, 0, 0], [1, 1, 0], [0, 0, 0], [0, 0, 0]], np.float32)  # category 2: no positives
+    loss = make_loss("multilabel", train)
+    out, y = torch.randn(6, 3), (torch.rand(6, 3) < 0.5).float()
+    expected = F.binary_cross_entropy_with_logits(out, y, pos_weight=torch.tensor([1.0, 3.0, 1.0]))
+    assert loss(out, y).item() == pytest.approx(expected.item())
+
+
+def test_loss_weights_differ_when_later_data_would_change_them():
+    early = np.array([5, 5, 5, 1], np.float32)
+    later = np.concatenate([early, np.array([1, 1, 1, 1], np.float32)])
+    y, out = torch.tensor([5.0, 1.0]), torch.tensor([[4.0], [3.0]])
+    assert make_loss("regression", early)(out, y).item() != pytest.approx(make_loss("regression", later)(out, y).item())
