@@ -5,7 +5,7 @@ VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 STAMP := $(VENV)/.installed
 
-.PHONY: repro install data matrices report test bench ui clean-outputs help
+.PHONY: repro install data matrices recommend golden test bench ui clean-outputs help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -27,9 +27,13 @@ repro: data  ## run the whole pipeline on the built-in default (dvc repro)
 	@echo "Results: outputs/report/report.html, outputs/matrices/, MLflow: make ui"
 
 matrices: install  ## seed-averaged matrices, summaries, plots and the HTML report
-	dvc repro matrices report
+	dvc repro matrices
 
-report: matrices  ## alias of matrices
+recommend: install  ## best model per retraining horizon, from outputs/matrices
+	driftmatrix recommend outputs/matrices
+
+golden: install  ## reproduce the paper's Yearbook tables from the published matrices
+	pytest tests/analysis/test_golden_yearbook.py
 
 test: install  ## run the test suite
 	pytest

@@ -1,0 +1,144 @@
+"""`make bench`: time-to-matrix and throughput of the drift-matrix pipeline, plus the side benchmarks.
+
+    python bench/run.py [--only NAME ...] [--ingest-gb 1]
+
+Sections (all in temporary folders with a temporary MLflow store, never the repo's):
+
+- ``startup``: wall time of ``driftmatrix --help`` (lazy imports keep it short).
+- ``authors``: the authors' reference setting, each model as fresh CLI processes from raw
+  images to matrix (generate excluded): 20 yearly slices x 200 images, 10 epochs, 1 seed. Their
+  code needs 88 s (MLP-S) and 368 s (CNN-S) on this 2-core machine.
+- ``default``: the built-in default experiment of ``params.yaml`` (models x seeds x cutoffs) in one
+  process: time-to-matrix, training and evaluation throughput (samples/s) per model.
+- ``validation``, ``ingest``, ``text``: the scripts beside this one, when present.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+
+def sh(args: list[str], env: dict[str, str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run(args, check=True, env=env, cwd=REPO, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - t0
+
+
+def temp_params(tmp: Path, base: dict, **sections) -> Path:
+    raw = {**base, **sections}
+    raw["dataset"] = {**base["dataset"], "path": str(tmp / "raw")}
+    raw["tracking"] = {**base["tracking"], "uri": f"sqlite:///{tmp / 'mlflow.db'}",
+                       "artifact_root": str(tmp / "mlruns")}
+    path = tmp / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path
+
+
+def bench_startup(env: dict[str, str]) -> None:
+    secs = min(sh([sys.executable, "-m", "driftmatrix", "--help"], env) for _ in range(3))
+    print(f"startup: `driftmatrix --help` {secs:.2f} s")
+
+
+def bench_authors(base: dict, env: dict[str, str]) -> None:
+    """Each model from raw folder to matrix as separate CLI processes, like the authors' runs."""
+    for model, theirs in (("MLP-S", 88), ("CNN-S", 368)):
+        with tempfile.TemporaryDirectory() as d:
+            tmp = Path(d)
+            params = temp_params(tmp, base, synthetic={**base["synthetic"], "years": 20, "per_year": 200},
+                                 train={**base["train"], "seeds": [0], "epochs": 10}, models={model: {}})
+            out = tmp / "out"
+            p = ["--params", str(params)]
+            dm = [sys.executable, "-m", "driftmatrix"]
+            sh(dm + ["data", "generate"] + p, env)
+            steps = [
+                ["ingest", *p, "--out", str(out / "ingested")],
+                ["slice", *p, "--src", str(out / "ingested"), "--out", str(out / "slices")],
+                ["train", "-m", model, *p, "--slices", str(out / "slices"), "--out", str(out / "ckpt")],
+                ["evaluate", "-m", model, *p, "--slices", str(out / "slices"), "--checkpoints",
+                 str(out / "ckpt"), "--out", str(out / "scores")],
+                ["matrices", *p, "--scores", str(out / "scores"), "--out", str(out / "matrices")],
+            ]
+            times = [sh(dm + s, env) for s in steps]
+            total = sum(times)
+            detail = ", ".join(f"{s[0]} {t:.1f}" for s, t in zip(steps, times))
+            print(f"authors' setting {model}: {total:.1f} s to matrix (theirs {theirs} s, "
+                  f"{theirs / total:.1f}x faster) [{detail}]")
+
+
+def bench_default(base: dict) -> None:
+    from driftmatrix.config import parse_params
+    from driftmatrix import evaluation, matrices, training
+    from driftmatrix.pipeline import Paths, prepare
+
+    with tempfile.TemporaryDirectory() as d:
+        tmp = Path(d)
+        params = parse_params(yaml.safe_load(temp_params(tmp, base).read_text()))
+        os.environ["MLFLOW_TRACKING_URI"] = params.tracking.uri
+        paths = Paths(tmp / "out")
+        t0 = time.perf_counter()
+        prepare(params, paths, generate=True)
+        t_prep = time.perf_counter() - t0
+        rows = []
+        for model in params.models:
+            t1 = time.perf_counter()
+            done = training.run(params, model, paths.slices, paths.checkpoints)
+            t2 = time.perf_counter()
+            scored = evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores)
+            t3 = time.perf_counter()
+            cfg = training.effective_config(params, model)
+            samples = sum(r["train_rows"] for r in done) * cfg.epochs
+            pure = sum(r["seconds"] for r in done)
+            evaluated = sum(sum(r["n_eval"]) for r in scored)
+            rows.append((model, t2 - t1, samples / max(pure, 1e-9), t3 - t2, evaluated / max(t3 - t2, 1e-9), len(done)))
+        t4 = time.perf_counter()
+        matrices.run(params, paths.scores, paths.matrices)
+        t_mat = time.perf_counter() - t4
+        total = time.perf_counter() - t0
+        print(f"default experiment ({len(params.models)} models x {len(params.train.seeds)} seeds x "
+              f"{params.synthetic.years} cutoffs): {total:.1f} s to matrix "
+              f"(prepare {t_prep:.1f} s, matrices+report {t_mat:.1f} s)")
+        for model, t_train, tput, t_eval, eval_tput, units in rows:
+            print(f"  {model:<8} train {t_train:6.1f} s for {units} runs ({tput:,.0f} samples/s incl. tracking), "
+                  f"evaluate {t_eval:5.1f} s ({eval_tput:,.0f} scored samples/s)")
+        metrics = json.loads((paths.root / "metrics.json").read_text())
+        for model, m in metrics.items():
+            print(f"  {model:<8} ID {m['in_distribution']:.1f}  future {m['future']:.1f}  decay {m['decay']:.1f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="startup authors default validation ingest text")
+    ap.add_argument("--ingest-gb", type=float, default=1.0)
+    args = ap.parse_args()
+    base = yaml.safe_load((REPO / "params.yaml").read_text())
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    want = set(args.only or ["startup", "authors", "default", "validation", "ingest", "text"])
+    if "startup" in want:
+        bench_startup(env)
+    if "default" in want:
+        bench_default(base)
+    if "authors" in want:
+        bench_authors(base, env)
+    extra = {"validation": ["validation_speed.py"], "ingest": ["ingest_large.py", "--size-gb", str(args.ingest_gb)],
+             "text": ["text.py"]}
+    for name, cmd in extra.items():
+        if name in want and (HERE / cmd[0]).exists():
+            print(f"--- {name} ({cmd[0]})", flush=True)
+            subprocess.run([sys.executable, str(HERE / cmd[0]), *cmd[1:]], check=True, cwd=REPO)
+
+
+if __name__ == "__main__":
+    main()
