@@ -27,3 +27,16 @@ def test_model_seed_never_changes_the_split(tmp_path, tiny_params):
     exp0.train_unit(1, 0)
     exp1 = Experiment(params, "MLP-S", paths.slices)
     assert (exp0.split == exp1.split).all() and (exp0.slice_ids == exp1.slice_ids).all()
+
+
+def test_bf16_mixed_precision_is_deterministic_and_close_to_fp32(tmp_path, tiny_params):
+    params = tiny_params(tmp_path, train={"epochs": 1, "precision": "bf16"}, models={"CNN-S": {}})
+    paths = Paths(tmp_path / "out")
+    prepare(params, paths, generate=True)
+    exp = Experiment(params, "CNN-S", paths.slices)
+    (a, la, _), (b, lb, _) = exp.train_unit(0, 2), exp.train_unit(0, 2)
+    assert la == lb
+    assert all(p.dtype == torch.float32 for p in a.parameters())  # weights stay fp32
+    pa = predict(a, exp.inputs, precision="bf16")
+    assert np.array_equal(pa, predict(b, exp.inputs, precision="bf16"))
+    assert np.abs(pa - predict(a, exp.inputs)).max() < 0.1

@@ -60,6 +60,7 @@ class TrainConfig:
     grad_clip: float | None = None
     optimizer: str = "adam"  # adam | adamw
     dropout: float | None = None  # None: the model's own default
+    precision: str = "fp32"  # fp32 (faithful default) | bf16 (mixed-precision autocast, faster)
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,7 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
             out = row_path(out_dir, model, seed, i)
             if out.exists() and json.loads(out.read_text()).get("config_key") == key.config_key:
                 continue
-            outputs = predict(exp.load_model(ckpt), exp.inputs, exp.cfg.eval_batch_size)
+            outputs = predict(exp.load_model(ckpt), exp.inputs, exp.cfg.eval_batch_size, exp.cfg.precision)
             row = score_row(outputs, exp.targets_np, exp.slice_ids, exp.split, i, K, exp.meta.task, categories)
             record = {"dataset": exp.dataset, "model": model, "family": exp.spec.family, "seed": seed,
                       "cutoff_index": i, "cutoff": exp.labels[i], "slices": exp.labels,

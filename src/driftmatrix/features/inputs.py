@@ -42,7 +42,8 @@ class PixelInputs:
         return out
 
     def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor]:
-        return (normalise(self.data[idx.to(self.data.device)]),)
+        x = normalise(self.data[idx.to(self.data.device)])
+        return (x.contiguous(memory_format=torch.channels_last),)
 
 
 def normalise(pixels: torch.Tensor) -> torch.Tensor:
