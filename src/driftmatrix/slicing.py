@@ -16,10 +16,10 @@ import pandas as pd
 
 from driftmatrix.config import Params, SlicingConfig, fingerprint
 from driftmatrix.data.table import DataError, DatasetMeta, load_ingested
+from driftmatrix.periods import PERIOD_MONTHS, slice_label
 
 log = logging.getLogger(__name__)
 
-PERIOD_MONTHS = {"year": 12, "half-year": 6, "quarter": 3, "month": 1}
 
 
 def period_bins(timestamps: pd.Series, period: str = "year", width: int = 1) -> tuple[pd.Series, pd.Series]:
@@ -37,26 +37,8 @@ def period_bins(timestamps: pd.Series, period: str = "year", width: int = 1) -> 
     step = PERIOD_MONTHS[period] * width
     start_m = (months // step) * step
     start = pd.to_datetime({"year": start_m // 12, "month": start_m % 12 + 1, "day": 1}, utc=True)
-    labels = start_m.map(lambda m: period_label(int(m), period, width))
+    labels = start_m.map(lambda m: slice_label(int(m), period, width))
     return start, labels
-
-
-def period_label(start_month: int, period: str, width: int) -> str:
-    """Readable label of the slice starting at absolute month ``start_month`` (year*12 + month0)."""
-    def one(m: int) -> str:
-        y, mo = divmod(m, 12)
-        if period == "year":
-            return f"{y}"
-        if period == "half-year":
-            return f"{y}-H{mo // 6 + 1}"
-        if period == "quarter":
-            return f"{y}-Q{mo // 3 + 1}"
-        return f"{y}-{mo + 1:02d}"
-
-    if width == 1:
-        return one(start_month)
-    last = start_month + PERIOD_MONTHS[period] * (width - 1)
-    return f"{one(start_month)}..{one(last)}"
 
 
 def stratify_key(table: pd.DataFrame, meta: DatasetMeta) -> pd.Series:

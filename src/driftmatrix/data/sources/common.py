@@ -9,8 +9,9 @@ from typing import Any, Iterable, Mapping
 
 from driftmatrix.data.jsonl import BAD_TIME, DUPLICATE, EMPTY, MISSING, OUT_OF_SCOPE, Drop
 from driftmatrix.data.table import DataError, IngestReport
+from driftmatrix.periods import PERIOD_MONTHS, month_label
 
-PERIODS = ("year", "half-year", "quarter", "month")
+PERIODS = tuple(PERIOD_MONTHS)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
@@ -102,15 +103,9 @@ def parse_time(value: Any, fmt: str = "auto", field: str = "timestamp") -> datet
 
 
 def period_label(t: datetime, period: str) -> str:
-    if period == "year":
-        return str(t.year)
-    if period == "half-year":
-        return f"{t.year}-H{1 if t.month <= 6 else 2}"
-    if period == "quarter":
-        return f"{t.year}-Q{(t.month - 1) // 3 + 1}"
-    if period == "month":
-        return f"{t.year}-{t.month:02d}"
-    raise DataError(f"period {period!r} not in {PERIODS}")
+    if period not in PERIODS:
+        raise DataError(f"period {period!r} not in {PERIODS}")
+    return month_label(t.year * 12 + t.month - 1, period)
 
 
 def check_scope(t: datetime, start: datetime | None, stop: datetime | None, field: str) -> None:
