@@ -35,7 +35,7 @@ class SyntheticConfig:
     seed: int = 0
     first_year: int = 1950
     years: int = 20
-    per_year: int = 120
+    per_year: int = 60
     size: int = 32
 
 
