@@ -132,12 +132,12 @@ def restrict(exp, cutoff: int, v: int) -> TuningData:
                       rows=rows, task=exp.meta.task)
 
 
-def validation_score(model, data: TuningData, batch_size: int) -> float:
+def validation_score(model, data: TuningData, cfg: TrainConfig) -> float:
     """Mean over the validation slices of the task metric (reported unit)."""
     from driftmatrix.tasks import cell_score
     from driftmatrix.training import predict
 
-    out = predict(model, RowSubset(data.inputs, data.val_pos), batch_size)
+    out = predict(model, RowSubset(data.inputs, data.val_pos), cfg.eval_batch_size, cfg.precision)
     targets, slices = data.targets_np[data.val_pos], data.slice_ids[data.val_pos]
     return float(np.nanmean([cell_score(data.task, out[slices == k], targets[slices == k])[0]
                              for k in np.unique(slices)]))
@@ -157,13 +157,13 @@ def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any
     scores: list[float] = []
 
     def on_epoch(epoch: int, _loss: float) -> None:
-        scores.append(validation_score(model, data, cfg.eval_batch_size))
+        scores.append(validation_score(model, data, cfg))
         model.train()  # predict() switched to eval mode; fit() goes on training
         if report:
             report(epoch, scores[-1])
 
     fit(model, data.inputs, data.targets, data.train_pos, cfg, loss_fn, seed, device, on_epoch)
-    return scores[-1] if scores else validation_score(model, data, cfg.eval_batch_size)
+    return scores[-1] if scores else validation_score(model, data, cfg)
 
 
 def suggest(trial, space: Mapping[str, Any], skip: tuple[str, ...] = ()) -> dict[str, Any]:

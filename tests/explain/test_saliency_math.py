@@ -97,3 +97,16 @@ def test_concentration_scores_on_known_maps():
     assert np.isnan(conc.top_share(np.zeros((3, 3))))
     with pytest.raises(ValueError):
         conc.top_share(-uniform)
+
+
+def test_pooling_rewards_a_compact_region_over_speckle():
+    """Isolated bright pixels win at pixel level; summed over 2x2 cells a compact blob wins."""
+    speckle = np.full((32, 32), 0.1)
+    speckle[::4, ::4] = 1.0            # 64 isolated pixels, one per 4x4 cell
+    blob = np.full((32, 32), 0.1)
+    blob[12:20, 12:20] = 0.8           # one compact 8x8 region
+    assert conc.top_share(speckle) > conc.top_share(blob)
+    assert conc.top_share(conc.pool(speckle, 2)) < conc.top_share(conc.pool(blob, 2))
+    assert conc.scores(blob, 2)["entropy"] < conc.scores(speckle, 2)["entropy"]
+    assert conc.pool(np.arange(16.0).reshape(4, 4), 2).tolist() == [[10.0, 18.0], [42.0, 50.0]]
+    assert conc.pool(blob, 1) is not None and conc.pool(np.ones((5, 5)), 2).shape == (2, 2)

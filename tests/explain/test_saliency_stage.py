@@ -37,9 +37,9 @@ def test_cnn_is_more_concentrated_than_mlp_where_the_cue_is(result):
     tmp, labels, out, cutoff = result
     early = labels[1]  # a cue-bearing year inside the training window (its test split)
     cnn, mlp = _row(out, "CNN-S", early), _row(out, "MLP-S", early)
-    assert cnn["top5_share"] > mlp["top5_share"]
-    assert cnn["top5_share_img"] > mlp["top5_share_img"] + 0.03
-    assert cnn["entropy_img"] < mlp["entropy_img"]
+    assert cnn["top5_share"] > mlp["top5_share"] + 0.015          # measured 0.113 vs 0.085
+    assert cnn["top5_share_img"] > mlp["top5_share_img"] + 0.03   # measured 0.147 vs 0.088
+    assert cnn["entropy"] < mlp["entropy"] and cnn["entropy_img"] < mlp["entropy_img"]
     rows, cols = cue_region()
     maps = {m: np.load(tmp / "saliency" / "arrays" / m / f"cutoff{labels[cutoff]}_eval{early}.npz")["mean"]
             for m in ("CNN-S", "MLP-S")}
@@ -58,7 +58,7 @@ def test_outputs_tables_and_figures(result):
     with np.load(root / "arrays" / "CNN-S" / f"cutoff{labels[cutoff]}_eval{labels[1]}.npz") as z:
         assert len(z["rows"]) == 45  # test split only: the slice was in the training window
     table = pd.read_csv(root / "concentration.csv")
-    assert len(table) == 4 and set(table["model"]) == {"CNN-S", "MLP-S"}
+    assert len(table) == 4 and set(table["model"]) == {"CNN-S", "MLP-S"} and set(table["block"]) == {2}
     summary = pd.read_csv(root / "concentration_summary.csv")
     assert {"top5_share", "top5_share_std", "entropy", "top5_share_img"} <= set(summary.columns)
     assert json.loads((root / "concentration.json").read_text())["summary"]

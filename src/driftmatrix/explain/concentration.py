@@ -7,6 +7,11 @@
 - ``region_share``: share of the attribution inside a region (e.g. where a known cue lives).
 
 All accept a single ``(H, W)`` map or a stack ``(..., H, W)`` and reduce the last two axes.
+
+``pool`` sums a map over ``block x block`` cells first. Scores of raw pixels (block 1) reward
+speckle: an MLP's map is a fixed per-pixel weight pattern whose few isolated bright pixels hold
+a large share without being localised anywhere. Scored over 2 x 2 cells, a compact region of
+attribution still scores high while isolated pixels no longer do.
 """
 
 from __future__ import annotations
@@ -49,6 +54,17 @@ def region_share(maps: np.ndarray, rows: slice, cols: slice) -> np.ndarray:
     return np.where(total > 0, inside / np.where(total > 0, total, 1.0), np.nan)
 
 
-def scores(one_map: np.ndarray) -> dict[str, float]:
-    """The two concentration numbers of one ``(H, W)`` map as plain floats (table fields)."""
-    return {"top5_share": float(top_share(one_map)), "entropy": float(normalised_entropy(one_map))}
+def pool(maps: np.ndarray, block: int = 1) -> np.ndarray:
+    """Sum over non-overlapping ``block x block`` cells (edges that do not fill a cell are dropped)."""
+    maps = np.asarray(maps, dtype=np.float64)
+    if block == 1:
+        return maps
+    h, w = (maps.shape[-2] // block) * block, (maps.shape[-1] // block) * block
+    cut = maps[..., :h, :w]
+    return cut.reshape(*cut.shape[:-2], h // block, block, w // block, block).sum(axis=(-3, -1))
+
+
+def scores(one_map: np.ndarray, block: int = 1) -> dict[str, float]:
+    """The two concentration numbers of one ``(H, W)`` map over ``block`` cells, as plain floats."""
+    cells = pool(one_map, block)
+    return {"top5_share": float(top_share(cells)), "entropy": float(normalised_entropy(cells))}

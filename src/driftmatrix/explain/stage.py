@@ -9,6 +9,7 @@ Reads ``params.yaml: saliency`` (see docs/explain-and-tune.md)::
       eval_years: [1958, 1965]    # evaluation slices, by label
       n_images: 500               # at most this many images of each evaluation year
       batch_size: 128
+      block: 2                    # concentration scored over block x block cells (1 = pixels)
 
 For every pair, seed and evaluation year the images are the evaluation set of the drift-matrix
 cell (``evaluation.eval_mask``) subsampled to ``n_images`` with a seed fixed per evaluation year,
@@ -20,7 +21,7 @@ Writes under ``out`` (default ``outputs/saliency/``): ``arrays/<model>/cutoff<c>
 column per cutoff), ``concentration.csv`` (one row per model, cutoff, eval year and seed),
 ``concentration_summary.csv`` (seed mean and std) and ``concentration.json`` (both). Scores:
 ``top5_share`` / ``entropy`` of the mean map, ``top5_share_img`` / ``entropy_img`` the mean over
-images of the same scores of each image's own map.
+images of the same scores of each image's own map; all over ``block x block`` cells.
 """
 
 from __future__ import annotations
@@ -44,12 +45,13 @@ class SaliencyConfig:
     eval_years: tuple[str, ...]
     n_images: int = 500
     batch_size: int = 128
+    block: int = 2
 
 
 def saliency_config(params: Params) -> SaliencyConfig:
     raw = dict(params.extra.get("saliency") or {})
     where = "params.yaml: saliency"
-    unknown = sorted(set(raw) - {"pairs", "eval_years", "n_images", "batch_size"})
+    unknown = sorted(set(raw) - {"pairs", "eval_years", "n_images", "batch_size", "block"})
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}")
     pairs = []
@@ -60,9 +62,10 @@ def saliency_config(params: Params) -> SaliencyConfig:
     years = tuple(str(y) for y in raw.get("eval_years") or [])
     if not pairs or not years:
         raise ConfigError(f"{where}: needs at least one entry in pairs and in eval_years")
-    cfg = SaliencyConfig(tuple(pairs), years, int(raw.get("n_images", 500)), int(raw.get("batch_size", 128)))
-    if cfg.n_images < 1 or cfg.batch_size < 1:
-        raise ConfigError(f"{where}: n_images and batch_size must be >= 1")
+    cfg = SaliencyConfig(tuple(pairs), years, int(raw.get("n_images", 500)), int(raw.get("batch_size", 128)),
+                         int(raw.get("block", 2)))
+    if min(cfg.n_images, cfg.batch_size, cfg.block) < 1:
+        raise ConfigError(f"{where}: n_images, batch_size and block must be >= 1")
     return cfg
 
 
@@ -138,14 +141,14 @@ def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int) -> list[tuple[
 
 
 def cell_maps(exp, pixels, checkpoints: list[tuple[int, Path, str | None]], rows: np.ndarray,
-              batch_size: int) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
+              batch_size: int, block: int = 1) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
     """Mean saliency map per seed (S, H, W), the mean image (H, W, 3) in [0, 1], and per seed the
     mean over images of the per-image concentration scores."""
     from driftmatrix.explain import concentration as conc
     from driftmatrix.explain.saliency import mean_saliency
 
-    per_image = {"top5_share_img": lambda m: conc.top_share(m.cpu().numpy()),
-                 "entropy_img": lambda m: conc.normalised_entropy(m.cpu().numpy())}
+    per_image = {"top5_share_img": lambda m: conc.top_share(conc.pool(m.cpu().numpy(), block)),
+                 "entropy_img": lambda m: conc.normalised_entropy(conc.pool(m.cpu().numpy(), block))}
     maps, image, img_scores = [], None, []
     for _, ckpt, _ in checkpoints:
         module, prepare = pixel_forward(exp, exp.load_model(ckpt))
@@ -158,12 +161,14 @@ def cell_maps(exp, pixels, checkpoints: list[tuple[int, Path, str | None]], rows
 
 
 def concentration_rows(model: str, family: str, cutoff: str, eval_year: str, seeds: list[int],
-                       maps: np.ndarray, img_scores: list[dict[str, float]], n_images: int) -> list[dict[str, Any]]:
+                       maps: np.ndarray, img_scores: list[dict[str, float]], n_images: int,
+                       block: int = 1) -> list[dict[str, Any]]:
     """One table row per seed: scores of the mean map, and mean per-image scores."""
     from driftmatrix.explain.concentration import scores
 
     return [{"model": model, "family": family, "cutoff": cutoff, "eval": eval_year, "seed": s,
-             "n_images": n_images, **scores(m), **extra} for s, m, extra in zip(seeds, maps, img_scores)]
+             "n_images": n_images, "block": block, **scores(m, block), **extra}
+            for s, m, extra in zip(seeds, maps, img_scores)]
 
 
 def summarise(rows: list[dict[str, Any]]):
@@ -173,7 +178,7 @@ def summarise(rows: list[dict[str, Any]]):
     frame = pd.DataFrame(rows)
     keys = ["model", "family", "cutoff", "eval"]
     out = frame.groupby(keys, sort=False).agg(
-        seeds=("seed", "count"), n_images=("n_images", "first"),
+        seeds=("seed", "count"), n_images=("n_images", "first"), block=("block", "first"),
         top5_share=("top5_share", "mean"), top5_share_std=("top5_share", "std"),
         entropy=("entropy", "mean"), entropy_std=("entropy", "std"),
         top5_share_img=("top5_share_img", "mean"), entropy_img=("entropy_img", "mean")).reset_index()
@@ -235,13 +240,13 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
             for eval_year in cfg.eval_years:
                 j = slice_index(exp.labels, eval_year, "eval year")
                 rows = select_rows(exp.slice_ids, exp.split, i, j, cfg.n_images)
-                maps, image, img_scores = cell_maps(exp, pixels, checkpoints, rows, cfg.batch_size)
+                maps, image, img_scores = cell_maps(exp, pixels, checkpoints, rows, cfg.batch_size, cfg.block)
                 npz = out / "arrays" / model / f"cutoff{cutoff}_eval{eval_year}.npz"
                 npz.parent.mkdir(parents=True, exist_ok=True)
                 np.savez_compressed(npz, maps=maps, mean=maps.mean(axis=0), seeds=np.array(seeds),
                                     image=image, rows=rows)
                 table += concentration_rows(model, exp.spec.family, cutoff, eval_year, seeds, maps, img_scores,
-                                            len(rows))
+                                            len(rows), cfg.block)
                 grids[eval_year][(model, cutoff)] = maps.mean(axis=0)
                 images.setdefault(eval_year, image)
                 logged += [(run_id, cutoff, eval_year, npz) for _, _, run_id in checkpoints if run_id]
