@@ -100,6 +100,8 @@ def test_reads_match_the_encoder_output(review_slices, counting_encoder, tmp_pat
     assert x.dtype == torch.float32 and x.shape == (4, longest, 8)  # cut to the longest document
     assert torch.equal(mask, torch.from_numpy(ref_mask[:, :longest]))
     np.testing.assert_allclose(x.numpy(), ref_states[:, :longest], atol=2e-3)  # stored as float16
+    for got, want in zip(states.resident(torch.device("cpu")).batch(idx), (x, mask)):  # the GPU-resident path
+        assert torch.equal(got, want)
     (p,) = pooled.batch(idx)
     expected = (ref_states * ref_mask[..., None]).sum(1) / ref_mask.sum(1, keepdims=True)
     np.testing.assert_allclose(p.numpy(), expected, rtol=1e-5, atol=1e-6)  # pooled from float32 states

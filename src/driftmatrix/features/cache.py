@@ -32,6 +32,7 @@ from driftmatrix.features import encoders
 log = logging.getLogger(__name__)
 
 FORMAT = 1
+GPU_SHARE = 0.6  # token states go resident on a GPU when they take under this share of its free memory
 
 
 @dataclass(frozen=True)
@@ -261,8 +262,30 @@ class TokenStateInputs:
     def __len__(self) -> int:
         return self.n
 
-    def to(self, device) -> "TokenStateInputs":
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes + m.nbytes for s, m in zip(self.states, self.masks))
+
+    def to(self, device):
+        """On a GPU with room for every state (float16), one resident copy; else batches from disk."""
+        import torch
+
+        device = torch.device(device)
+        if device.type == "cuda" and self.nbytes < GPU_SHARE * torch.cuda.mem_get_info(device)[0]:
+            return self.resident(device)
         return TokenStateInputs(self.states, self.masks, self.shard_size, self.info, device)
+
+    def resident(self, device) -> "ResidentTokenStates":
+        import torch
+
+        first = self.states[0]
+        states = torch.empty((self.n,) + first.shape[1:], dtype=torch.float16, device=device)
+        masks = torch.empty((self.n, first.shape[1]), dtype=torch.bool, device=device)
+        for k, (s, m) in enumerate(zip(self.states, self.masks)):
+            lo = k * self.shard_size
+            states[lo:lo + len(s)] = torch.from_numpy(np.array(s)).to(device)
+            masks[lo:lo + len(m)] = torch.from_numpy(np.array(m)).to(device)
+        return ResidentTokenStates(states, masks, self.info)
 
     def batch(self, idx):
         import torch
@@ -279,6 +302,25 @@ class TokenStateInputs:
         longest = max(int(masks.sum(axis=1).max(initial=0)), 1)
         out_states = torch.from_numpy(states[:, :longest]).to(self.device).float()
         return out_states, torch.from_numpy(masks[:, :longest]).to(self.device)
+
+
+class ResidentTokenStates:
+    """Every token state in one device tensor (float16): batches are gathered on the device."""
+
+    def __init__(self, states, masks, info: Mapping[str, Any]):
+        self.states, self.masks, self.info = states, masks, dict(info)
+
+    def __len__(self) -> int:
+        return len(self.states)
+
+    def to(self, device) -> "ResidentTokenStates":
+        return ResidentTokenStates(self.states.to(device), self.masks.to(device), self.info)
+
+    def batch(self, idx):
+        idx = idx.to(self.states.device)
+        masks = self.masks[idx]
+        longest = max(int(masks.sum(dim=1).max()) if len(idx) else 0, 1)
+        return self.states[idx, :longest].float(), masks[:, :longest]
 
 
 def load_cached_inputs(inputs: str, slices_dir: str | Path, features_dir: str | Path, encoder: str | None,
