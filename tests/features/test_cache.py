@@ -130,3 +130,12 @@ def test_missing_cache_names_the_embed_command(review_slices, tmp_path):
     params, slices = review_slices
     with pytest.raises(DataError, match="driftmatrix embed"):
         load_cached_inputs("token_states", slices, tmp_path, "RoBERTa", params.extra["embed"])
+
+
+def test_embed_section_is_checked():
+    from driftmatrix.config import ConfigError
+
+    with pytest.raises(ConfigError, match="embed.*max_len"):
+        cache.embed_config({"max_len": 64})
+    assert cache.embed_config({"sources": None}).sources == {}
+    assert cache.embed_config(None) == EmbedConfig()

@@ -51,7 +51,10 @@ class EmbedConfig:
 def embed_config(raw: Mapping[str, Any] | EmbedConfig | None) -> EmbedConfig:
     if isinstance(raw, EmbedConfig):
         return raw
-    return build(EmbedConfig, {k: v for k, v in dict(raw or {}).items()}, "params.yaml: embed")
+    values = dict(raw or {})
+    if "sources" in values and values["sources"] is None:  # `sources:` left empty in YAML
+        values["sources"] = {}
+    return build(EmbedConfig, values, "params.yaml: embed")
 
 
 def encoder_of(inputs: str, spec_encoder: str | None, cfg: EmbedConfig) -> str:

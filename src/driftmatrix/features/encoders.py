@@ -102,7 +102,7 @@ class TextEncoder:
             p.requires_grad_(False)
         self.device = device
         self.dim = int(self.model.config.hidden_size)
-        self.dtype = torch.float16 if getattr(device, "type", str(device)) == "cuda" else torch.float32
+        self.dtype = torch.float16 if device.type == "cuda" else torch.float32
 
     def lengths(self, texts: list[str], max_len: int) -> np.ndarray:
         """Token counts after truncation (used to batch documents of similar length)."""
