@@ -13,7 +13,8 @@ from driftmatrix.training import Experiment, cutoff_train_rows
 CUTOFF, V = 4, 2  # tune on slices 0..4: inner train 0..2, validation 3..4; slices 5..7 are the future
 TUNE = {"cutoff": 1954, "validation_periods": V, "n_trials": 2, "seed": 0, "pruner_startup_trials": 1,
         "space": {"lr": {"low": 1e-3, "high": 1e-2, "log": True}, "epochs": {"low": 1, "high": 2},
-                  "batch_size": [32, 64], "weight_decay": {"low": 0.0, "high": 1e-3}, "dropout": {"low": 0.0, "high": 0.2}}}
+                  "batch_size": [32, 64], "weight_decay": {"low": 0.0, "high": 1e-3},
+                  "dropout": {"low": 0.0, "high": 0.2}}}
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +147,8 @@ def test_study_resumes_after_a_kill_and_writes_the_preset(slices, monkeypatch):
     assert all("val_score" in r.data.metrics for r in runs)
 
     preset = yaml.safe_load((tmp / "presets" / "fading-MLP-S.yaml").read_text())
-    assert set(preset) == {"models"} and set(preset["models"]["MLP-S"]) == {"lr", "epochs", "batch_size", "weight_decay"}
+    assert set(preset) == {"models"}
+    assert set(preset["models"]["MLP-S"]) == {"lr", "epochs", "batch_size", "weight_decay"}
     assert preset["models"]["MLP-S"] == study.best_params
     merged = parse_params({"models": preset["models"]})  # the block is a valid models: entry
     assert merged.train_for("MLP-S").lr == pytest.approx(study.best_params["lr"])
