@@ -23,13 +23,15 @@ def slices(tmp_path_factory):
     from driftmatrix.data import ingest, synthetic
 
     tmp = tmp_path_factory.mktemp("tune")
-    params = parse_params({
+    raw = {
         "dataset": {"name": "fading", "path": str(tmp / "raw")},
         "synthetic": {"scenario": "fading-cue", "years": 8, "per_year": 100},
         "train": {"seeds": [0], "epochs": 2, "device": "cpu"},
         "models": {"MLP-S": {}},
         "tracking": {"experiment": "tune-test", "log_models": False, "register": False},
-        "tune": TUNE})
+        "tune": TUNE}
+    (tmp / "params.yaml").write_text(yaml.safe_dump(raw))
+    params = parse_params(raw)
     synthetic.write_dataset(params.synthetic, tmp / "raw")
     ingest.run(params, tmp / "ingested")
     slicing.run(params, tmp / "ingested", tmp / "slices")
@@ -168,3 +170,17 @@ def test_a_changed_setup_is_refused(slices, monkeypatch):
     with pytest.raises(ConfigError, match="another setup"):
         tune.run(changed, "MLP-S", tmp / "slices", n_trials=2, storage=storage, presets_dir=tmp / "p2",
                  log_mlflow=False)
+
+
+def test_cli_runs_a_study(slices, monkeypatch):
+    from typer.testing import CliRunner
+
+    from driftmatrix.cli import app
+
+    tmp, _ = slices
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow3.db'}")
+    result = CliRunner().invoke(app, ["tune", "-m", "MLP-S", "-p", str(tmp / "params.yaml"),
+                                      "--slices", str(tmp / "slices"), "--n-trials", "1",
+                                      "--storage", f"sqlite:///{tmp / 'cli.db'}", "--presets", str(tmp / "p3")])
+    assert result.exit_code == 0, result.output
+    assert "fading-MLP-S: 1 finished trials" in result.output and (tmp / "p3" / "fading-MLP-S.yaml").exists()

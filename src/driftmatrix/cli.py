@@ -217,7 +217,8 @@ def tune(model: list[str] = typer.Option([], "--model", "-m", help="Registry nam
     p = _params(params)
     for name in model or list(p.models):
         r = stage.run(p, name, slices, n_trials=n_trials, storage=storage, presets_dir=presets)
-        best = f"best {r['best_value']:.4f} (trial {r['best_trial']}) -> {r['preset']}" if "preset" in r else "no complete trial"
+        best = (f"best {r['best_value']:.4f} (trial {r['best_trial']}) -> {r['preset']}" if "preset" in r
+                else "no complete trial")
         typer.echo(f"{r['study']}: {r['finished']} finished trials ({r['ran']} now, {r['seconds']} s), {best}")
 
 

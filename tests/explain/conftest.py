@@ -19,14 +19,14 @@ CUTOFF = 2  # trained on slices 0..2, where the local cue still has contrast 1 .
 MODELS = ("CNN-S", "MLP-S")
 
 
-def small_params(tmp, **extra):
-    return parse_params({
+def small_raw(tmp, **extra):
+    return {
         "dataset": {"name": "fading", "path": str(tmp / "raw")},
         "synthetic": {"scenario": "fading-cue", "years": 8, "per_year": 150},
         "train": {"seeds": [0], "epochs": 6, "device": "cpu"},
         "models": {m: {} for m in MODELS},
         "tracking": {"experiment": "explain-test", "log_models": False, "register": False},
-        **extra})
+        **extra}
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +39,8 @@ def trained(tmp_path_factory):
     torch.set_num_threads(2)
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
-        params = small_params(tmp)
+        raw = small_raw(tmp)
+        params = parse_params(raw)
         synthetic.write_dataset(params.synthetic, tmp / "raw")
         ingest.run(params, tmp / "ingested")
         slicing.run(params, tmp / "ingested", tmp / "slices")
@@ -53,4 +54,4 @@ def trained(tmp_path_factory):
             ckpt.parent.mkdir(parents=True, exist_ok=True)
             torch.save(net.state_dict(), ckpt)
             sidecar.write_text(json.dumps({"config_key": key.config_key, "run_id": run.info.run_id}))
-        yield SimpleNamespace(tmp=tmp, params=params, labels=exp.labels, cutoff=CUTOFF, models=MODELS)
+        yield SimpleNamespace(tmp=tmp, raw=raw, params=params, labels=exp.labels, cutoff=CUTOFF, models=MODELS)

@@ -84,3 +84,21 @@ def test_config_errors_name_the_key(trained):
         stage.saliency_config(replace(params, extra={"saliency": {"pairs": [{"model": "CNN-S"}], "eval_years": [1]}}))
     with pytest.raises(ConfigError, match="unknown"):
         stage.saliency_config(replace(params, extra={"saliency": {"pair": []}}))
+
+
+def test_cli_writes_the_tables(trained, tmp_path):
+    import yaml
+    from typer.testing import CliRunner
+
+    from driftmatrix.cli import app
+
+    tmp, labels = trained.tmp, trained.labels
+    raw = {**trained.raw, "saliency": {"pairs": [{"model": "CNN-S", "cutoff": labels[trained.cutoff]}],
+                                       "eval_years": [labels[1]], "n_images": 20}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
+    result = CliRunner().invoke(app, ["saliency", "-p", str(tmp_path / "params.yaml"), "--slices", str(tmp / "slices"),
+                                      "--checkpoints", str(tmp / "checkpoints"), "--out", str(tmp_path / "out"),
+                                      "--no-mlflow"])
+    assert result.exit_code == 0, result.output
+    assert "CNN-S" in result.output and "top-5% share" in result.output
+    assert len(pd.read_csv(tmp_path / "out" / "concentration.csv")) == 1
