@@ -49,7 +49,8 @@ def test_changed_max_length_or_encoder_or_data_gives_a_new_cache(review_slices, 
     cache.run(with_embed(params, token_encoder="other-encoder"), slices, features)
     cache.run(with_embed(params, sources={TOY: "/elsewhere/weights"}), slices, features)
     assert [e.docs for e in counting_encoder] == [n_rows(slices)] * 4
-    assert len(list(features.iterdir())) == 4
+    index = json.loads((features / "index.json").read_text())
+    assert len(index) == 4 and {v["max_len"] for v in index.values()} == {8, 16}
     cfg = EmbedConfig(token_encoder=TOY)
     assert cache_key(TOY, cfg, "v1") != cache_key(TOY, cfg, "v2")
     assert cache_key(TOY, cfg, "v1") == cache_key(TOY, EmbedConfig(token_encoder=TOY), "v1")
@@ -130,6 +131,12 @@ def test_missing_cache_names_the_embed_command(review_slices, tmp_path):
     params, slices = review_slices
     with pytest.raises(DataError, match="driftmatrix embed"):
         load_cached_inputs("token_states", slices, tmp_path, "RoBERTa", params.extra["embed"])
+
+
+def test_image_only_models_leave_an_empty_index(review_slices, counting_encoder, tmp_path):
+    params, slices = review_slices
+    assert cache.run(replace(params, models={"MLP-S": {}}), slices, tmp_path / "features") == []
+    assert json.loads((tmp_path / "features" / "index.json").read_text()) == {} and not counting_encoder
 
 
 def test_embed_section_is_checked():

@@ -194,8 +194,10 @@ def run(params, slices_dir: str | Path, features_dir: str | Path,
 
     cfg = embed_config(params.extra.get("embed"))
     wanted = needed(models or list(params.models), cfg)
+    Path(features_dir).mkdir(parents=True, exist_ok=True)  # the stage output exists even when unused
     if not wanted:
         log.info("embed: no configured model reads cached features; nothing to do")
+        write_index(features_dir)
         return []
     rows, manifest, images = load_slices(slices_dir)
     version = manifest["data_version"]
@@ -212,7 +214,20 @@ def run(params, slices_dir: str | Path, features_dir: str | Path,
             items = images
         out = Path(features_dir) / cache_key(name, cfg, version)
         done.append({**build_cache(name, items, out, cfg, with_states, version), "path": str(out)})
+    write_index(features_dir)
     return done
+
+
+def write_index(features_dir: str | Path) -> dict[str, Any]:
+    """``index.json``: every complete cache in the folder (key -> encoder, length, data, size)."""
+    index = {}
+    for manifest_path in sorted(Path(features_dir).glob("*/manifest.json")):
+        m = json.loads(manifest_path.read_text())
+        if m.get("complete"):
+            index[manifest_path.parent.name] = {k: m.get(k) for k in (
+                "encoder", "source", "max_len", "image_size", "dim", "n", "has_states", "data_version")}
+    (Path(features_dir) / "index.json").write_text(json.dumps(index, indent=2, sort_keys=True))
+    return index
 
 
 # --- reading ------------------------------------------------------------------------------------
