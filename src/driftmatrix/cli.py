@@ -193,11 +193,12 @@ def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
 def saliency(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
              checkpoints: Path = typer.Option(Path("outputs/checkpoints")),
              out: Path = typer.Option(Path("outputs/saliency")),
+             features: Path = FEATURES_OPT,
              mlflow: bool = typer.Option(True, help="Log maps and scores to each checkpoint's run.")) -> None:
     """Gradient saliency maps and concentration scores of the checkpoints in params.yaml: saliency."""
     from driftmatrix.explain import stage
 
-    result = stage.run(_params(params), slices, checkpoints, out, log_mlflow=mlflow)
+    result = stage.run(_params(params), slices, checkpoints, out, log_mlflow=mlflow, features_dir=features)
     for r in result["summary"]:
         typer.echo(f"{r['model']:<10} cutoff {r['cutoff']:<8} eval {r['eval']:<8} top-5% share {r['top5_share']:.3f} "
                    f"(per image {r['top5_share_img']:.3f})  entropy {r['entropy']:.3f}")

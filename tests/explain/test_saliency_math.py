@@ -110,3 +110,22 @@ def test_pooling_rewards_a_compact_region_over_speckle():
     assert conc.scores(blob, 2)["entropy"] < conc.scores(speckle, 2)["entropy"]
     assert conc.pool(np.arange(16.0).reshape(4, 4), 2).tolist() == [[10.0, 18.0], [42.0, 50.0]]
     assert conc.pool(blob, 1) is not None and conc.pool(np.ones((5, 5)), 2).shape == (2, 2)
+
+
+def test_frozen_effnet_prepare_matches_the_feature_cache_and_passes_gradients():
+    """The offline EffNet-L0 backbone: the differentiable path gives the cached features, and the
+    gradient of a linear head reaches the 32x32 portrait through the frozen backbone."""
+    from driftmatrix.features import encoders
+    from driftmatrix.features.inputs import normalise
+
+    enc = encoders.load("EffNet-L0", device="cpu")
+    images = np.random.default_rng(0).integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
+    pixels = normalise(torch.from_numpy(images).permute(0, 3, 1, 2))
+    prepare = encoder_prepare(enc)
+    with torch.no_grad():
+        np.testing.assert_allclose(prepare(pixels)[0].numpy(), enc.encode(images), rtol=1e-3, atol=1e-3)
+    torch.manual_seed(0)
+    head = nn.Linear(enc.dim, 2)
+    maps = saliency_maps(head, pixels, prepare)
+    assert maps.shape == (2, 32, 32) and torch.isfinite(maps).all() and (maps.amax(dim=(1, 2)) == 1).all()
+    assert all(p.grad is None for p in enc.model.parameters())

@@ -102,3 +102,39 @@ def test_cli_writes_the_tables(trained, tmp_path):
     assert result.exit_code == 0, result.output
     assert "CNN-S" in result.output and "top-5% share" in result.output
     assert len(pd.read_csv(tmp_path / "out" / "concentration.csv")) == 1
+
+
+def test_stage_runs_a_frozen_encoder_head_from_pixels(tmp_path):
+    """EffNet-L0 (offline weights): the checkpoint is a head on cached features; the stage puts the
+    frozen backbone in front of it and differentiates down to the portrait."""
+    import torch
+
+    from driftmatrix import slicing
+    from driftmatrix.config import parse_params
+    from driftmatrix.data import ingest, synthetic
+    from driftmatrix.features import cache
+    from driftmatrix.training import Experiment, unit_paths
+
+    params = parse_params({
+        "dataset": {"name": "frozen", "path": str(tmp_path / "raw")},
+        "synthetic": {"years": 3, "per_year": 16}, "slicing": {"min_samples": 5},
+        "train": {"seeds": [0], "epochs": 1, "device": "cpu"}, "models": {"EffNet-L0": {}}})
+    synthetic.write_dataset(params.synthetic, tmp_path / "raw")
+    ingest.run(params, tmp_path / "ingested")
+    slicing.run(params, tmp_path / "ingested", tmp_path / "slices")
+    cache.run(params, tmp_path / "slices", tmp_path / "features")
+    exp = Experiment(params, "EffNet-L0", tmp_path / "slices", tmp_path / "features")
+    head, _, _ = exp.train_unit(0, 1)
+    ckpt, sidecar = unit_paths(tmp_path / "checkpoints", "EffNet-L0", 0, 1)
+    ckpt.parent.mkdir(parents=True)
+    torch.save(head.state_dict(), ckpt)
+    sidecar.write_text(json.dumps({"config_key": exp.config_key(0, 1), "run_id": None}))
+
+    params = replace(params, extra={"saliency": {"pairs": [{"model": "EffNet-L0", "cutoff": exp.labels[1]}],
+                                                 "eval_years": [exp.labels[2]], "n_images": 6}})
+    out = stage.run(params, tmp_path / "slices", tmp_path / "checkpoints", tmp_path / "sal",
+                    log_mlflow=False, features_dir=tmp_path / "features")
+    (row,) = out["rows"]
+    assert row["model"] == "EffNet-L0" and row["n_images"] == 6 and 0.05 <= row["top5_share"] <= 1
+    with np.load(tmp_path / "sal" / "arrays" / "EffNet-L0" / f"cutoff{exp.labels[1]}_eval{exp.labels[2]}.npz") as z:
+        assert z["maps"].shape == (1, 32, 32) and np.isfinite(z["maps"]).all() and z["maps"].max() > 0

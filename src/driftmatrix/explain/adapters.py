@@ -33,11 +33,3 @@ def encoder_prepare(encoder: Any, size: int | None = None):
         return (encoder._forward((x01 - mean) / std).float(),)
 
     return prepare
-
-
-def frozen_forward(spec, head: torch.nn.Module, sources: dict | None, device) -> tuple[torch.nn.Module, Any]:
-    """(head, prepare) of a frozen image encoder model named by ``spec.encoder``."""
-    from driftmatrix.features import encoders
-
-    encoder = encoders.load(spec.encoder, sources, device)
-    return head, encoder_prepare(encoder)

@@ -95,20 +95,22 @@ def pixel_batches(pixels, rows: np.ndarray, batch_size: int) -> Iterator:
         yield pixels.batch(torch.as_tensor(rows[start:start + batch_size]))[0]
 
 
-def pixel_forward(exp, model):
-    """(module, prepare) that runs a loaded checkpoint from [-1, 1] pixels.
+def forward_builder(exp):
+    """A function: loaded checkpoint -> (module, prepare) that runs it from [-1, 1] pixels.
 
     Pixel models are used as they are. A frozen image encoder's head (``inputs="pooled"``) is
-    preceded by its frozen backbone (``explain.adapters``), loaded from ``params.yaml:
+    preceded by its frozen backbone (``explain.adapters``), loaded once here from ``params.yaml:
     embed.sources`` when given; the gradient flows through the backbone.
     """
     if exp.spec.inputs == "pixels":
-        return model, None
+        return lambda model: (model, None)
     if exp.spec.inputs == "pooled" and exp.spec.modality == "image":
-        from driftmatrix.explain.adapters import frozen_forward
+        from driftmatrix.explain.adapters import encoder_prepare
+        from driftmatrix.features import encoders
 
         sources = dict((exp.params.extra.get("embed") or {}).get("sources") or {})
-        return frozen_forward(exp.spec, model, sources, exp.device)
+        prepare = encoder_prepare(encoders.load(exp.spec.encoder, sources, exp.device))
+        return lambda head: (head, prepare)
     raise ConfigError(f"saliency: {exp.spec.name} is not an image model (inputs {exp.spec.inputs!r})")
 
 
@@ -140,7 +142,7 @@ def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int) -> list[tuple[
     return found
 
 
-def cell_maps(exp, pixels, checkpoints: list[tuple[int, Path, str | None]], rows: np.ndarray,
+def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, Path, str | None]], rows: np.ndarray,
               batch_size: int, block: int = 1) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
     """Mean saliency map per seed (S, H, W), the mean image (H, W, 3) in [0, 1], and per seed the
     mean over images of the per-image concentration scores."""
@@ -151,7 +153,7 @@ def cell_maps(exp, pixels, checkpoints: list[tuple[int, Path, str | None]], rows
                  "entropy_img": lambda m: conc.normalised_entropy(conc.pool(m.cpu().numpy(), block))}
     maps, image, img_scores = [], None, []
     for _, ckpt, _ in checkpoints:
-        module, prepare = pixel_forward(exp, exp.load_model(ckpt))
+        module, prepare = forward(exp.load_model(ckpt))
         module.eval()
         summary = mean_saliency(module, pixel_batches(pixels, rows, batch_size), prepare, per_image)
         maps.append(summary.mean_map.cpu().numpy())
@@ -218,7 +220,7 @@ def draw_grid(cells: Mapping[tuple[str, str], np.ndarray], image: np.ndarray, mo
 
 def run(params: Params, slices_dir: str | Path = "outputs/slices",
         checkpoints_dir: str | Path = "outputs/checkpoints", out_dir: str | Path = "outputs/saliency",
-        log_mlflow: bool = True) -> dict[str, Any]:
+        log_mlflow: bool = True, features_dir: str | Path = "outputs/features") -> dict[str, Any]:
     """Compute every configured cell, write arrays, tables and figures; log to the checkpoints' runs."""
     from driftmatrix.training import Experiment
 
@@ -231,8 +233,9 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     images: dict[str, np.ndarray] = {}
     logged: list[tuple[str, str, str, Path]] = []  # (run id, cutoff, eval, npz)
     for model in models:
-        exp = Experiment(params, model, slices_dir)
+        exp = Experiment(params, model, slices_dir, features_dir)
         pixels = pixel_inputs(exp, slices_dir)
+        forward = forward_builder(exp)
         for cutoff in (c for m, c in cfg.pairs if m == model):
             i = slice_index(exp.labels, cutoff, "cutoff")
             checkpoints = finished_seeds(exp, checkpoints_dir, i)
@@ -240,7 +243,7 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
             for eval_year in cfg.eval_years:
                 j = slice_index(exp.labels, eval_year, "eval year")
                 rows = select_rows(exp.slice_ids, exp.split, i, j, cfg.n_images)
-                maps, image, img_scores = cell_maps(exp, pixels, checkpoints, rows, cfg.batch_size, cfg.block)
+                maps, image, img_scores = cell_maps(exp, forward, pixels, checkpoints, rows, cfg.batch_size, cfg.block)
                 npz = out / "arrays" / model / f"cutoff{cutoff}_eval{eval_year}.npz"
                 npz.parent.mkdir(parents=True, exist_ok=True)
                 np.savez_compressed(npz, maps=maps, mean=maps.mean(axis=0), seeds=np.array(seeds),
