@@ -211,13 +211,14 @@ def tune(model: list[str] = typer.Option([], "--model", "-m", help="Registry nam
          params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
          n_trials: Optional[int] = typer.Option(None, help="Finished trials wanted (default: tune.n_trials)."),
          storage: Optional[str] = typer.Option(None, help="Optuna storage URL (default: tune.storage)."),
-         presets: Optional[Path] = typer.Option(None, help="Preset folder (default: tune.presets_dir).")) -> None:
+         presets: Optional[Path] = typer.Option(None, help="Preset folder (default: tune.presets_dir)."),
+         features: Path = FEATURES_OPT) -> None:
     """Optuna search on data up to the tuning cutoff only; resumable; writes presets/tuned/<dataset>-<model>.yaml."""
     from driftmatrix import tune as stage
 
     p = _params(params)
     for name in model or list(p.models):
-        r = stage.run(p, name, slices, n_trials=n_trials, storage=storage, presets_dir=presets)
+        r = stage.run(p, name, slices, n_trials=n_trials, storage=storage, presets_dir=presets, features_dir=features)
         best = (f"best {r['best_value']:.4f} (trial {r['best_trial']}) -> {r['preset']}" if "preset" in r
                 else "no complete trial")
         typer.echo(f"{r['study']}: {r['finished']} finished trials ({r['ran']} now, {r['seconds']} s), {best}")

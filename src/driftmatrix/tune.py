@@ -232,7 +232,7 @@ def fail_leftovers(study) -> int:
 
 def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
         n_trials: int | None = None, storage: str | None = None, presets_dir: str | Path | None = None,
-        log_mlflow: bool = True) -> dict[str, Any]:
+        log_mlflow: bool = True, features_dir: str | Path = "outputs/features") -> dict[str, Any]:
     """Create or resume the study of ``model``, run the missing trials, write the preset."""
     import optuna
 
@@ -241,7 +241,7 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
 
     cfg = tune_config(params)
     target = n_trials if n_trials is not None else cfg.n_trials
-    exp = Experiment(params, model, slices_dir)
+    exp = Experiment(params, model, slices_dir, features_dir)
     cutoff = slice_index(exp.labels, cfg.cutoff, "tune cutoff")
     data = restrict(exp, cutoff, cfg.validation_periods)
     higher = exp.metric.higher_is_better
