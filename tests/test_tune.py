@@ -184,3 +184,17 @@ def test_cli_runs_a_study(slices, monkeypatch):
                                       "--storage", f"sqlite:///{tmp / 'cli.db'}", "--presets", str(tmp / "p3")])
     assert result.exit_code == 0, result.output
     assert "fading-MLP-S: 1 finished trials" in result.output and (tmp / "p3" / "fading-MLP-S.yaml").exists()
+
+
+def test_tune_config_errors_name_the_key(slices):
+    from driftmatrix import tune
+
+    _, params = slices
+    for bad, match in (({k: v for k, v in TUNE.items() if k != "cutoff"}, "tune.cutoff"),
+                       ({**TUNE, "space": {"seeds": [1, 2]}}, "not tunable"),
+                       ({**TUNE, "space": {"lr": {"low": 1e-3}}}, "tune.space.lr"),
+                       ({**TUNE, "validation_periods": 0}, "validation_periods"),
+                       ({**TUNE, "trials": 3}, "unknown")):
+        with pytest.raises(ConfigError, match=match):
+            tune.tune_config(replace(params, extra={"tune": bad}))
+    assert tune.tune_config(params).cutoff == "1954"  # YAML ints become slice labels

@@ -67,8 +67,11 @@ def tune_config(params: Params) -> TuneConfig:
     for name, spec in cfg.space.items():
         if name not in TUNABLE:
             raise ConfigError(f"params.yaml: tune.space.{name} is not tunable; choose from {TUNABLE}")
-        if spec is not None and not isinstance(spec, (list, tuple, Mapping)):
-            raise ConfigError(f"params.yaml: tune.space.{name}: a list of choices or {{low, high, log?, step?}}")
+        ok = spec is None or (isinstance(spec, (list, tuple)) and len(spec) > 0) or (
+            isinstance(spec, Mapping) and {"low", "high"} <= set(spec) <= {"low", "high", "log", "step"})
+        if not ok:
+            raise ConfigError(f"params.yaml: tune.space.{name}: a list of choices or {{low, high, log?, step?}}, "
+                              f"got {spec!r}")
     if cfg.validation_periods < 1:
         raise ConfigError("params.yaml: tune.validation_periods must be >= 1")
     return cfg

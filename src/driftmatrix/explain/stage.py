@@ -222,6 +222,8 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
         checkpoints_dir: str | Path = "outputs/checkpoints", out_dir: str | Path = "outputs/saliency",
         log_mlflow: bool = True, features_dir: str | Path = "outputs/features") -> dict[str, Any]:
     """Compute every configured cell, write arrays, tables and figures; log to the checkpoints' runs."""
+    import pandas as pd
+
     from driftmatrix.training import Experiment
 
     cfg = saliency_config(params)
@@ -243,7 +245,8 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
             for eval_year in cfg.eval_years:
                 j = slice_index(exp.labels, eval_year, "eval year")
                 rows = select_rows(exp.slice_ids, exp.split, i, j, cfg.n_images)
-                maps, image, img_scores = cell_maps(exp, forward, pixels, checkpoints, rows, cfg.batch_size, cfg.block)
+                maps, image, img_scores = cell_maps(exp, forward, pixels, checkpoints, rows, cfg.batch_size,
+                                                    cfg.block)
                 npz = out / "arrays" / model / f"cutoff{cutoff}_eval{eval_year}.npz"
                 npz.parent.mkdir(parents=True, exist_ok=True)
                 np.savez_compressed(npz, maps=maps, mean=maps.mean(axis=0), seeds=np.array(seeds),
@@ -258,8 +261,6 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     figures = {e: draw_grid(grids[e], images[e], models, cutoffs, e, out / f"saliency_eval{e}.png")
                for e in cfg.eval_years}
     summary = summarise(table)
-    import pandas as pd
-
     pd.DataFrame(table).to_csv(out / "concentration.csv", index=False)
     summary.to_csv(out / "concentration_summary.csv", index=False)
     result = {"rows": table, "summary": json.loads(summary.to_json(orient="records")),
