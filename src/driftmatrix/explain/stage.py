@@ -107,8 +107,9 @@ def forward_builder(exp):
     if exp.spec.inputs == "pooled" and exp.spec.modality == "image":
         from driftmatrix.explain.adapters import encoder_prepare
         from driftmatrix.features import encoders
+        from driftmatrix.features.cache import embed_config
 
-        sources = dict((exp.params.extra.get("embed") or {}).get("sources") or {})
+        sources = embed_config(exp.params.extra.get("embed")).sources
         prepare = encoder_prepare(encoders.load(exp.spec.encoder, sources, exp.device))
         return lambda head: (head, prepare)
     raise ConfigError(f"saliency: {exp.spec.name} is not an image model (inputs {exp.spec.inputs!r})")
