@@ -54,7 +54,7 @@ def test_text_pipeline_end_to_end_on_generated_reviews(tmp_path, monkeypatch):
                  ["matrices", *common, "--scores", str(out / "scores"), "--out", str(out / "matrices")]):
         result = run(app, args, catch_exceptions=False)
         assert result.exit_code == 0, (args, result.output)
-    (feature_dir,) = (out / "features").iterdir()
+    (feature_dir,) = (p for p in (out / "features").iterdir() if p.is_dir())
     assert feature_dir.name.startswith("MiniLM-L6-len32-")
     doc = json.loads((out / "matrices" / "FFN-S.json").read_text())
     values = np.array(doc["values"], dtype=float)
