@@ -65,6 +65,11 @@ def test_effnet_lite0_runs_offline_as_a_frozen_backbone():
     assert feats.shape == (3, 1280) and np.isfinite(feats).all()
     np.testing.assert_allclose(enc.encode(images[:1]), feats[:1], rtol=1e-4, atol=1e-4)
     assert np.abs(feats[0] - feats[1]).max() > 1e-3  # different images, different features
+    x01 = torch.from_numpy(images[:1]).permute(0, 3, 1, 2).float().div(255).requires_grad_(True)
+    grad_path = enc.features(x01)  # the same features, differentiable (saliency maps)
+    np.testing.assert_allclose(grad_path.detach().numpy(), feats[:1], rtol=1e-4, atol=1e-4)
+    grad_path.sum().backward()
+    assert x01.grad.abs().sum() > 0
 
 
 def test_weights_map_in_order_with_shapes_checked():

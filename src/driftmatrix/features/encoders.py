@@ -149,17 +149,28 @@ class VisionEncoder:
             return self.model(pixel_values=x).pooler_output
         return self.model(x)
 
-    def encode(self, images: np.ndarray) -> np.ndarray:
+    def features(self, x01):
+        """Differentiable path: float images in [0, 1] (B, 3, h, w) -> pooled features (B, D).
+
+        Upsamples to 224 x 224 (bilinear) and applies the backbone's mean/std; ``encode`` runs it
+        without gradients for the cache, saliency maps run it with them.
+        """
         import torch
         import torch.nn.functional as F
 
+        x = F.interpolate(x01, size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear", align_corners=False)
+        mean = torch.tensor(self.mean, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+        std = torch.tensor(self.std, device=x.device, dtype=x.dtype).view(1, 3, 1, 1)
+        return self._forward((x - mean) / std)
+
+    def encode(self, images: np.ndarray) -> np.ndarray:
+        """uint8 images (N, H, W, 3) -> float32 pooled features (N, D), no gradients."""
+        import torch
+
         x = torch.from_numpy(np.array(images)).to(self.device).permute(0, 3, 1, 2).float() / 255.0
-        x = F.interpolate(x, size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear", align_corners=False)
-        mean = torch.tensor(self.mean, device=self.device).view(1, 3, 1, 1)
-        std = torch.tensor(self.std, device=self.device).view(1, 3, 1, 1)
         with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
                                                     enabled=self.dtype == torch.float16):
-            out = self._forward((x - mean) / std).float()
+            out = self.features(x).float()
         return out.cpu().numpy()
 
 
