@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 STAMP := $(VENV)/.installed
+PARAMS ?= params.yaml
 
-.PHONY: repro install data matrices recommend golden test bench ui clean-outputs help
+.PHONY: repro install params data matrices recommend golden test bench ui clean-outputs help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -18,7 +19,10 @@ $(STAMP): requirements.txt pyproject.toml
 
 install: $(STAMP)  ## create .venv and install pinned requirements (skipped when up to date)
 
-data: install  ## write the built-in dataset (if missing) and track data/ with DVC
+params:  ## use a preset: `make repro PARAMS=presets/text-reviews.yaml` copies it over params.yaml
+	@if [ "$(PARAMS)" != "params.yaml" ]; then cp "$(PARAMS)" params.yaml && echo "params.yaml <- $(PARAMS)"; fi
+
+data: install params  ## write the built-in dataset (if missing) and track data/ with DVC
 	driftmatrix data generate
 	dvc add -q data
 

@@ -41,6 +41,7 @@ def test_dvc_repro_is_idempotent_and_reruns_only_the_changed_model(tmp_path):
     params["models"] = {"MLP-S": {}, "CNN-S": {}}
     params["tracking"].update(log_models=False)
     params["audit"].update(permutations=20, mmd_samples=50)
+    params["saliency"].update(pairs=[{"model": "CNN-S", "cutoff": 1950}], eval_years=[1952], n_images=20)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
            "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "GIT_AUTHOR_NAME": "t",
@@ -50,8 +51,8 @@ def test_dvc_repro_is_idempotent_and_reruns_only_the_changed_model(tmp_path):
         sh(cmd, work, env)
 
     first = sh(["dvc", "repro"], work, env)
-    assert {"ingest", "slice", "validate", "audit", "train@MLP-S", "train@CNN-S", "evaluate@MLP-S",
-            "evaluate@CNN-S", "matrices"} <= ran(first)
+    assert {"ingest", "slice", "validate", "audit", "embed", "train@MLP-S", "train@CNN-S", "evaluate@MLP-S",
+            "evaluate@CNN-S", "matrices", "saliency"} <= ran(first)
     assert (work / "outputs" / "metrics.json").exists()
 
     assert ran(sh(["dvc", "repro"], work, env)) == set()  # nothing changed: nothing runs

@@ -25,6 +25,10 @@ class Paths:
         return self.root / "slices"
 
     @property
+    def features(self) -> Path:
+        return self.root / "features"
+
+    @property
     def checkpoints(self) -> Path:
         return self.root / "checkpoints"
 
@@ -49,11 +53,15 @@ def prepare(params: Params, paths: Paths, generate: bool = False) -> None:
 
 
 def train_and_evaluate(params: Params, paths: Paths, models: list[str] | None = None) -> None:
+    """Embed what frozen encoders the models need (once per document), then train and score."""
     from driftmatrix import evaluation, training
+    from driftmatrix.features import cache
 
-    for model in models or list(params.models):
-        training.run(params, model, paths.slices, paths.checkpoints)
-        evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores)
+    models = models or list(params.models)
+    cache.run(params, paths.slices, paths.features, models)
+    for model in models:
+        training.run(params, model, paths.slices, paths.checkpoints, features_dir=paths.features)
+        evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores, features_dir=paths.features)
 
 
 def run_all(params: Params, paths: Paths = Paths(), generate: bool = False) -> None:

@@ -60,8 +60,8 @@ def saliency_config(params: Params) -> SaliencyConfig:
             raise ConfigError(f"{where}.pairs: each entry is {{model: <name>, cutoff: <slice label>}}, got {p!r}")
         pairs.append((str(p["model"]), str(p["cutoff"])))
     years = tuple(str(y) for y in raw.get("eval_years") or [])
-    if not pairs or not years:
-        raise ConfigError(f"{where}: needs at least one entry in pairs and in eval_years")
+    if bool(pairs) != bool(years):
+        raise ConfigError(f"{where}: pairs and eval_years go together (both empty turns saliency off)")
     cfg = SaliencyConfig(tuple(pairs), years, int(raw.get("n_images", 500)), int(raw.get("batch_size", 128)),
                          int(raw.get("block", 2)))
     if min(cfg.n_images, cfg.batch_size, cfg.block) < 1:
@@ -229,6 +229,10 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
 
     cfg = saliency_config(params)
     out = Path(out_dir)
+    if not cfg.pairs:  # saliency off (e.g. text datasets): an empty, explained output for DVC
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "README.txt").write_text("saliency: no (model, cutoff) pairs configured in params.yaml\n")
+        return {"cells": 0, "summary": []}
     models = list(dict.fromkeys(m for m, _ in cfg.pairs))
     cutoffs = list(dict.fromkeys(c for _, c in cfg.pairs))
     table: list[dict[str, Any]] = []
