@@ -53,11 +53,12 @@ def bench_startup(env: dict[str, str]) -> None:
 
 def bench_authors(base: dict, env: dict[str, str]) -> None:
     """Each model from raw folder to matrix as separate CLI processes, like the authors' runs."""
-    for model, theirs in (("MLP-S", 88), ("CNN-S", 368)):
+    for model, theirs, precision in (("MLP-S", 88, "fp32"), ("CNN-S", 368, "fp32"), ("CNN-S", 368, "bf16")):
         with tempfile.TemporaryDirectory() as d:
             tmp = Path(d)
             params = temp_params(tmp, base, synthetic={**base["synthetic"], "years": 20, "per_year": 200},
-                                 train={**base["train"], "seeds": [0], "epochs": 10}, models={model: {}})
+                                 train={**base["train"], "seeds": [0], "epochs": 10, "precision": precision},
+                                 models={model: {}})
             out = tmp / "out"
             p = ["--params", str(params)]
             dm = [sys.executable, "-m", "driftmatrix"]
@@ -73,7 +74,7 @@ def bench_authors(base: dict, env: dict[str, str]) -> None:
             times = [sh(dm + s, env) for s in steps]
             total = sum(times)
             detail = ", ".join(f"{s[0]} {t:.1f}" for s, t in zip(steps, times))
-            print(f"authors' setting {model}: {total:.1f} s to matrix (theirs {theirs} s, "
+            print(f"authors' setting {model} ({precision}): {total:.1f} s to matrix (theirs {theirs} s, "
                   f"{theirs / total:.1f}x faster) [{detail}]")
 
 
@@ -93,9 +94,10 @@ def bench_default(base: dict) -> None:
         rows = []
         for model in params.models:
             t1 = time.perf_counter()
-            done = training.run(params, model, paths.slices, paths.checkpoints)
+            done = training.run(params, model, paths.slices, paths.checkpoints, paths.root / "validation",
+                                paths.features)
             t2 = time.perf_counter()
-            scored = evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores)
+            scored = evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores, paths.features)
             t3 = time.perf_counter()
             cfg = training.effective_config(params, model)
             samples = sum(r["train_rows"] for r in done) * cfg.epochs

@@ -7,6 +7,8 @@ tags, so a re-run skips finished work and replaces a run that was killed half-wa
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import re
@@ -134,6 +136,19 @@ def log_epoch_losses(losses: Iterable[float]) -> None:
         mlflow.log_metric("train_loss", float(loss), step=epoch)
 
 
+@contextlib.contextmanager
+def quiet_mlflow():
+    """Silence MLflow's per-call notices (pickle-format warning, "Created version ..." lines)."""
+    logger = logging.getLogger("mlflow")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        logger.setLevel(level)
+
+
 def log_and_register_model(model: Any, key: UnitKey, register: bool) -> str | None:
     """Log the torch model in the active run; register it as a version tagged with cutoff and seed.
 
@@ -144,9 +159,9 @@ def log_and_register_model(model: Any, key: UnitKey, register: bool) -> str | No
     from mlflow.tracking import MlflowClient
 
     name = registered_name(key.dataset, key.model) if register else None
-    info = mlflow.pytorch.log_model(model, name="model", pip_requirements=MODEL_REQUIREMENTS,
-                                    serialization_format="pickle",
-                                    registered_model_name=name)
+    with quiet_mlflow():  # one line per unit is ours; MLflow's per-call chatter is not
+        info = mlflow.pytorch.log_model(model, name="model", pip_requirements=MODEL_REQUIREMENTS,
+                                        serialization_format="pickle", registered_model_name=name)
     if not register:
         return None
     client = MlflowClient()
