@@ -56,7 +56,7 @@ class TrainConfig:
     lr: float = 5e-4
     weight_decay: float = 0.0
     device: str = "auto"
-    eval_batch_size: int = 1024
+    eval_batch_size: int = 256
     grad_clip: float | None = None
     optimizer: str = "adam"  # adam | adamw
     dropout: float | None = None  # None: the model's own default

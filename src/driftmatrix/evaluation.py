@@ -57,8 +57,6 @@ def row_path(out_dir: str | Path, model: str, seed: int, cutoff: int) -> Path:
 def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str | Path,
         out_dir: str | Path, features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
     """Score every trained unit of ``model`` not yet scored; log each row to its MLflow run."""
-    import mlflow
-
     from driftmatrix import tracking
     from driftmatrix.training import Experiment, predict, unit_paths
 
@@ -91,10 +89,7 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
             csv.write_text("slice,value,n_eval\n" + "".join(
                 f"{lab},{'' if v is None else round(v, 6)},{n}\n"
                 for lab, v, n in zip(exp.labels, row["values"], row["n_eval"])))
-            with mlflow.start_run(run_id=run_id):
-                mlflow.log_metrics(row_summary(row["values"], i))
-                mlflow.log_artifact(str(out), artifact_path="drift_row")
-                mlflow.log_artifact(str(csv), artifact_path="drift_row")
+            tracking.log_row(run_id, row_summary(row["values"], i), [out, csv])
             written.append(record)
             log.info("scored %s seed %s cutoff %s: M[i,i]=%s", model, seed, exp.labels[i],
                      row["values"][i] if row["values"][i] is None else round(row["values"][i], 2))

@@ -129,6 +129,20 @@ def start_unit_run(exp_id: str, key: UnitKey, params: Mapping[str, Any], extra_t
     return run
 
 
+def log_row(run_id: str, metrics: Mapping[str, float], files: Iterable[Path]) -> None:
+    """Attach a scored drift-matrix row to its finished run (no run re-opening: one batch call)."""
+    import time
+
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient()
+    now = int(time.time() * 1000)
+    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
+    for f in files:
+        client.log_artifact(run_id, str(f), artifact_path="drift_row")
+
+
 def log_epoch_losses(losses: Iterable[float]) -> None:
     import mlflow
 
