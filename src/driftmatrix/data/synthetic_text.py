@@ -34,7 +34,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -225,38 +225,40 @@ def _write_lines(path: Path, records: list[dict[str, Any]]) -> None:
     tmp.replace(path)
 
 
-def write_reviews(cfg: SyntheticConfig, root: str | Path, force: bool = False) -> int:
-    """``root/<Category>.jsonl`` for the three categories; skipped when already complete."""
+def _write_dataset(cfg: SyntheticConfig, root: str | Path, force: bool,
+                   files: Callable[[TextDrift], dict[str, list[dict[str, Any]]]]) -> int:
+    """Write ``files(drift)`` (file name -> records) under ``root`` once; skipped when complete."""
     root = Path(root)
     stamp, expected, done = _complete(root, cfg, force)
     n = cfg.per_year * cfg.years
     if done:
         return n
-    drift = drift_for(cfg.scenario)
-    by_cat: dict[str, list[dict]] = {c: [] for c in PRODUCTS}
-    for year, frac in _years(cfg):
-        for category, rec in reviews_for_year(cfg, year, frac, drift):
-            by_cat[category].append(rec)
     root.mkdir(parents=True, exist_ok=True)
-    for category, records in by_cat.items():
-        _write_lines(root / f"{category}.jsonl", records)
+    for name, records in files(drift_for(cfg.scenario)).items():
+        _write_lines(root / name, records)
     stamp.write_text(expected)
     return n
+
+
+def write_reviews(cfg: SyntheticConfig, root: str | Path, force: bool = False) -> int:
+    """``root/<Category>.jsonl`` for the three categories; skipped when already complete."""
+    def files(drift: TextDrift) -> dict[str, list[dict[str, Any]]]:
+        by_cat: dict[str, list[dict]] = {c: [] for c in PRODUCTS}
+        for year, frac in _years(cfg):
+            for category, rec in reviews_for_year(cfg, year, frac, drift):
+                by_cat[category].append(rec)
+        return {f"{c}.jsonl": recs for c, recs in by_cat.items()}
+
+    return _write_dataset(cfg, root, force, files)
 
 
 def write_papers(cfg: SyntheticConfig, root: str | Path, force: bool = False) -> int:
     """``root/arxiv-metadata-oai-snapshot.json``; skipped when already complete."""
-    root = Path(root)
-    stamp, expected, done = _complete(root, cfg, force)
-    n = cfg.per_year * cfg.years
-    if done:
-        return n
-    drift = drift_for(cfg.scenario)
-    records = [rec for year, frac in _years(cfg) for rec in papers_for_year(cfg, year, frac, drift)]
-    root.mkdir(parents=True, exist_ok=True)
-    _write_lines(root / "arxiv-metadata-oai-snapshot.json", records)
-    stamp.write_text(expected)
-    return n
+    def files(drift: TextDrift) -> dict[str, list[dict[str, Any]]]:
+        records = [rec for year, frac in _years(cfg) for rec in papers_for_year(cfg, year, frac, drift)]
+        return {"arxiv-metadata-oai-snapshot.json": records}
+
+    return _write_dataset(cfg, root, force, files)
 
 
 WRITERS = {"amazon": write_reviews, "arxiv": write_papers}  # dataset.source -> generator in its format
