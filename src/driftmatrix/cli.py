@@ -49,12 +49,21 @@ def data_generate(params: Path = PARAMS_OPT,
 
     p = _params(params)
     target = out or Path(p.dataset.path)
+    if holds_real_data(target) and not force:
+        typer.echo(f"{target} holds data that was not generated here (no .complete stamp): left as it is")
+        return
     if p.dataset.source in synthetic_text.WRITERS:
         n = synthetic_text.WRITERS[p.dataset.source](p.synthetic, target, force=force)
         typer.echo(f"synthetic {p.dataset.source} text ({p.synthetic.scenario}): {n} documents in {target}")
         return
     n = synthetic.write_dataset(p.synthetic, target, force=force)
     typer.echo(f"synthetic yearbook ({p.synthetic.scenario}): {n} images in {target}")
+
+
+def holds_real_data(target: Path) -> bool:
+    """True when ``target`` exists with content but was not written by ``data generate``."""
+    return target.exists() and not (target / ".complete").exists() and \
+        (target.is_file() or any(target.iterdir()))
 
 
 @data_app.command("fetch")

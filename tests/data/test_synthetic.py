@@ -47,3 +47,18 @@ def test_written_layout_reads_back_through_the_yearbook_reader(tmp_path):
     assert (result.images == images[order]).all()  # PNG round trip is lossless
     assert (table["label"].to_numpy() == labels[order]).all()
     assert (table["timestamp"].dt.year.to_numpy() == years[order]).all()
+
+
+def test_generate_never_writes_into_a_folder_of_real_data(tmp_path):
+    from typer.testing import CliRunner
+
+    from driftmatrix.cli import app
+
+    real = tmp_path / "yearbook"
+    (real / "F").mkdir(parents=True)
+    (real / "F" / "1950_real.png").write_bytes(b"not generated here")
+    params = tmp_path / "params.yaml"
+    params.write_text(f"dataset: {{path: {real}}}\nmodels: {{MLP-S: {{}}}}\n")
+    result = CliRunner().invoke(app, ["data", "generate", "--params", str(params)])
+    assert result.exit_code == 0 and "left as it is" in result.output
+    assert [p.name for p in real.rglob("*") if p.is_file()] == ["1950_real.png"]
