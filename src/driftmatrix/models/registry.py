@@ -8,6 +8,7 @@ on images). Modules that define models register them on import; :func:`get` impo
 
 from __future__ import annotations
 
+import collections.abc
 import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
@@ -29,55 +30,40 @@ class ModelSpec:
     description: str = ""
 
 
-class _Registry(dict):
-    """Dict of name -> ModelSpec that imports the model modules on first access."""
+class _Registry(collections.abc.Mapping):
+    """Read-only mapping name -> ModelSpec that imports the model modules on first access."""
 
-    _loaded = False
+    def __init__(self) -> None:
+        self._specs: dict[str, ModelSpec] = {}
+        self._loaded = False
 
-    def _load(self) -> None:
+    def _all(self) -> dict[str, ModelSpec]:
         if not self._loaded:
-            type(self)._loaded = True
+            self._loaded = True
             for module in MODEL_MODULES:
                 importlib.import_module(module)
+        return self._specs
 
     def __getitem__(self, key: str) -> ModelSpec:
-        self._load()
-        if not dict.__contains__(self, key):
-            raise KeyError(f"unknown model {key!r}; known: {', '.join(sorted(dict.keys(self)))}")
-        return dict.__getitem__(self, key)
-
-    def __contains__(self, key: object) -> bool:
-        self._load()
-        return dict.__contains__(self, key)
+        specs = self._all()
+        if key not in specs:
+            raise KeyError(f"unknown model {key!r}; known: {', '.join(sorted(specs))}")
+        return specs[key]
 
     def __iter__(self):
-        self._load()
-        return dict.__iter__(self)
-
-    def items(self):
-        self._load()
-        return dict.items(self)
-
-    def keys(self):
-        self._load()
-        return dict.keys(self)
-
-    def values(self):
-        self._load()
-        return dict.values(self)
+        return iter(self._all())
 
     def __len__(self) -> int:
-        self._load()
-        return dict.__len__(self)
+        return len(self._all())
 
 
-REGISTRY: _Registry = _Registry()
+REGISTRY = _Registry()
 
 
 def register(spec: ModelSpec) -> ModelSpec:
     if spec.inputs not in INPUTS:
         raise ValueError(f"model {spec.name}: inputs {spec.inputs!r} not in {INPUTS}")
-    dict.__setitem__(REGISTRY, spec.name, spec)
+    REGISTRY._specs[spec.name] = spec
     return spec
 
 
