@@ -69,10 +69,11 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
         for i in range(K):
             ckpt, sidecar = unit_paths(checkpoints_dir, model, seed, i)
             key = exp.unit_key(seed, i)
-            if not sidecar.exists() or json.loads(sidecar.read_text())["config_key"] != key.config_key:
+            trained = json.loads(sidecar.read_text()) if sidecar.exists() else {}
+            if trained.get("config_key") != key.config_key:
                 raise FileNotFoundError(f"{sidecar}: no finished checkpoint for {model} seed {seed} cutoff "
                                         f"{exp.labels[i]} (run `driftmatrix train -m {model}` first)")
-            run_id = json.loads(sidecar.read_text())["run_id"]
+            run_id = trained["run_id"]
             out = row_path(out_dir, model, seed, i)
             if out.exists() and json.loads(out.read_text()).get("config_key") == key.config_key:
                 continue

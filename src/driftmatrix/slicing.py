@@ -158,10 +158,13 @@ def describe(manifest: dict[str, Any]) -> str:
 def load_slices(slices_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Any], np.ndarray | None]:
     """Rows, manifest and images (or None) of a slices folder."""
     slices_dir = Path(slices_dir)
-    if not (slices_dir / "manifest.json").exists():
-        raise DataError(f"{slices_dir}: no manifest.json (run the slice stage first)")
+    for name in ("rows.parquet", "manifest.json"):
+        if not (slices_dir / name).exists():
+            raise DataError(f"{slices_dir}: no {name} (run `driftmatrix slice` first)")
     manifest = json.loads((slices_dir / "manifest.json").read_text())
     rows = pd.read_parquet(slices_dir / "rows.parquet")
     images_path = slices_dir / "images.npy"
     images = np.load(images_path, mmap_mode="r") if images_path.exists() else None
+    if images is not None and len(images) != len(rows):
+        raise DataError(f"{images_path}: {len(images)} images for {len(rows)} rows")
     return rows, manifest, images

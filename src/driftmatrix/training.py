@@ -188,10 +188,11 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     import torch
 
     from driftmatrix import tracking
+    from driftmatrix.audit.gate import overridden_checks
 
     exp = Experiment(params, model, slices_dir, features_dir)
     exp_id = tracking.configure(params.tracking)
-    overrides = _validation_overrides(validation_dir)
+    overrides = overridden_checks(validation_dir)
     K, seeds = len(exp.labels), exp.cfg.seeds
     done: list[dict[str, Any]] = []
     total, step = K * len(seeds), 0
@@ -234,12 +235,3 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
             log.info("%s: %d rows, %d epochs, loss %.4f, %.1f s", prefix, n_rows, exp.cfg.epochs,
                      losses[-1] if losses else float("nan"), record["seconds"])
     return done
-
-
-def _validation_overrides(validation_dir: str | Path) -> list[str]:
-    """Checks the user overrode in the validation gate (recorded on every run they affect)."""
-    path = Path(validation_dir) / "summary.json"
-    if not path.exists():
-        return []
-    summary = json.loads(path.read_text())
-    return [f"{o.get('slice')}:{o.get('expectation')}" for o in summary.get("overridden", [])]

@@ -8,7 +8,6 @@ rating levels (regression: the distinct ``label`` values, e.g. 1-5 stars). Valid
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
@@ -16,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from driftmatrix.data.table import DataError, DatasetMeta
+from driftmatrix.data.table import DatasetMeta
 
 
 @dataclass(frozen=True)
@@ -39,19 +38,12 @@ class Slices:
 
 
 def load_slices(slices_dir: str | Path, images: bool = False) -> Slices:
-    """Load rows.parquet + manifest.json (and images.npy, memory-mapped, when asked)."""
-    d = Path(slices_dir)
-    for name in ("rows.parquet", "manifest.json"):
-        if not (d / name).exists():
-            raise DataError(f"{d}: no {name} (run `driftmatrix slice` first)")
-    manifest = json.loads((d / "manifest.json").read_text())
-    rows = pd.read_parquet(d / "rows.parquet")
-    imgs = None
-    if images and (d / "images.npy").exists():
-        imgs = np.load(d / "images.npy", mmap_mode="r")
-        if len(imgs) != len(rows):
-            raise DataError(f"{d}/images.npy: {len(imgs)} images for {len(rows)} rows")
-    return Slices(rows=rows, manifest=manifest, meta=DatasetMeta.from_dict(manifest["dataset"]), images=imgs)
+    """The slices folder as a Slices record (images memory-mapped, only when asked)."""
+    from driftmatrix import slicing
+
+    rows, manifest, imgs = slicing.load_slices(slices_dir)
+    return Slices(rows=rows, manifest=manifest, meta=DatasetMeta.from_dict(manifest["dataset"]),
+                  images=imgs if images else None)
 
 
 def label_levels(meta: DatasetMeta, rows: pd.DataFrame, declared: Sequence[Any] | None = None) -> list[Any]:
