@@ -105,7 +105,7 @@ def bench_default(base: dict) -> None:
             evaluated = sum(sum(r["n_eval"]) for r in scored)
             rows.append((model, t2 - t1, samples / max(pure, 1e-9), t3 - t2, evaluated / max(t3 - t2, 1e-9), len(done)))
         t4 = time.perf_counter()
-        matrices.run(params, paths.scores, paths.matrices)
+        matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)
         t_mat = time.perf_counter() - t4
         total = time.perf_counter() - t0
         print(f"default experiment ({len(params.models)} models x {len(params.train.seeds)} seeds x "

@@ -1,4 +1,4 @@
-"""The matrices stage on hand-made score rows (docs/CONTRACTS.md format)."""
+"""The matrices stage assembles exactly the current plan's cells (hand-made score documents)."""
 
 import json
 
@@ -7,15 +7,22 @@ import pytest
 
 from driftmatrix import matrices
 from driftmatrix.config import parse_params
+from driftmatrix.data.table import DatasetMeta
+from driftmatrix.evaluation import ScoreStore
+from driftmatrix.training import model_plan
 
 SLICES = ["2014-H1", "2014-H2", "2015-H1", "2015-H2"]
+META = DatasetMeta(name="toy", task="binary", input_kind="image", class_names=("F", "M"))
 
 
-def _row(model, family, seed, i, values):
-    return {"dataset": "toy", "model": model, "family": family, "seed": seed, "cutoff_index": i,
-            "cutoff": SLICES[i], "slices": SLICES, "metric": "accuracy", "metric_name": "Accuracy",
-            "unit": "%", "higher_is_better": True, "values": values, "n_eval": [10] * 4,
-            "left_out": [[]] * 4, "run_id": None}
+def _manifest(labels=SLICES):
+    return {"dataset": META.to_dict(), "data_version": "v",
+            "slices": [{"index": k, "label": lab, "hash": f"h-{lab}"} for k, lab in enumerate(labels)]}
+
+
+def _params(models, seeds=(0, 1)):
+    return parse_params({"dataset": {"name": "toy"}, "models": models, "train": {"seeds": list(seeds)},
+                         "tracking": {"experiment": "test-matrices"}})
 
 
 def _matrix(diag, step):
@@ -24,44 +31,75 @@ def _matrix(diag, step):
     return np.where(j >= i, diag - step * (j - i), diag - 1.0)
 
 
+def write_scores(root, params, manifest, model, seed_diag, step, hole=None):
+    """Score documents of ``model`` as the evaluate stage writes them (every cell of its plan)."""
+    plan = model_plan(params, model, manifest)
+    hashes = [s["hash"] for s in manifest["slices"]]
+    store = ScoreStore(root, model)
+    for unit in plan.units:
+        if unit.seed not in seed_diag:
+            continue
+        M = _matrix(seed_diag[unit.seed], step)
+        cells = {}
+        for cell in plan.cells(unit, hashes):
+            value = None if hole == (unit.seed, unit.cutoff_index, cell.j) else float(M[unit.cutoff_index, cell.j])
+            cells[cell.key] = {"value": value, "n_eval": 10 + cell.j, "left_out": []}
+        store.write(unit.key, {"unit": {"key": unit.key}, "cells": cells})
+
+
 @pytest.fixture
-def scores(tmp_path):
+def setup(tmp_path):
+    params = _params({"MLP-S": {}, "CNN-S": {}, "ViT-S": {}})
+    manifest = _manifest()
+    slices = tmp_path / "slices"
+    slices.mkdir()
+    (slices / "manifest.json").write_text(json.dumps(manifest))
     root = tmp_path / "scores"
-    for model, family, step in (("MLP-S", "MLP", 2.0), ("CNN-S", "CNN", 5.0)):
-        for seed, diag in ((0, 90.0), (1, 92.0)):
-            if model == "CNN-S" and seed == 1:
-                continue  # CNN-S has one seed only
-            M = _matrix(diag, step)
-            for i in range(4):
-                values = [float(v) for v in M[i]]
-                if model == "MLP-S" and seed == 1 and i == 0:
-                    values[3] = None  # empty eval set in one cell
-                path = root / model / f"seed{seed}" / f"cutoff{i:03d}.json"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(json.dumps(_row(model, family, seed, i, values)))
-    return root
+    write_scores(root, params, manifest, "MLP-S", {0: 90.0, 1: 92.0}, 2.0, hole=(1, 0, 3))
+    write_scores(root, params, manifest, "CNN-S", {0: 90.0}, 5.0)  # seed 1 never scored
+    return params, manifest, slices, root
 
 
-def test_read_scores_builds_seed_stacks(scores):
-    models = matrices.read_scores(scores)
+def test_assembles_the_seed_stack_of_the_plan(setup):
+    params, _, slices, root = setup
+    models = matrices.read_scores(params, slices, root)
+    assert set(models) == {"MLP-S", "CNN-S"}  # ViT-S has no scored cell: left out
     mlp = models["MLP-S"]
     assert mlp.seed_values.shape == (2, 4, 4) and mlp.seeds == [0, 1]
     assert mlp.mean[0, 3] == pytest.approx(84.0)  # seed 1 empty there: seed 0 only
     assert mlp.std[0, 0] == pytest.approx(np.sqrt(2.0))
-    assert models["CNN-S"].n_seeds == 1 and models["CNN-S"].family == "CNN"
+    assert mlp.extra["n_eval"][2] == [10, 11, 12, 13] and mlp.extra["window"] == "cumulative"
+    cnn = models["CNN-S"]
+    assert np.isnan(cnn.seed_values[1]).all() and cnn.extra["missing_cells"] == 16
 
 
-def test_stage_outputs_metrics_report_and_mlflow(scores, tmp_path, monkeypatch):
+def test_rows_outside_the_configuration_are_stale_never_averaged(setup):
+    params, manifest, slices, root = setup
+    # a third seed, another epoch setting and a longer timeline were scored once...
+    write_scores(root, _params({"MLP-S": {}}, seeds=(0, 1, 2)), manifest, "MLP-S", {2: 10.0}, 0.0)
+    write_scores(root, _params({"MLP-S": {"epochs": 3}}), manifest, "MLP-S", {0: 20.0, 1: 20.0}, 0.0)
+    longer = _manifest(SLICES + ["2016-H1"])
+    (slices / "manifest.json").write_text(json.dumps(manifest))
+    mlp = matrices.read_scores(params, slices, root)["MLP-S"]
+    assert mlp.seeds == [0, 1] and mlp.mean[0, 0] == pytest.approx(91.0)
+    assert mlp.extra["stale"] == 1 * 4 + 2 * 4  # seed 2's four units, the 3-epoch units
+    # ... and a K change reads the new plan: old cells keep their values, the new column is empty
+    (slices / "manifest.json").write_text(json.dumps(longer))
+    grown = matrices.read_scores(params, slices, root)["MLP-S"]
+    assert grown.seed_values.shape == (2, 5, 5) and np.isnan(grown.seed_values[:, :, 4]).all()
+    assert np.array_equal(grown.seed_values[:, :4, :4], mlp.seed_values, equal_nan=True)
+
+
+def test_stage_outputs_metrics_report_and_mlflow(setup, tmp_path, monkeypatch):
     import mlflow
 
+    params, _, slices, root = setup
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    params = parse_params({"models": {"MLP-S": {}, "CNN-S": {}, "ViT-S": {}},
-                           "tracking": {"experiment": "test-matrices"}})
     out = tmp_path / "outputs" / "matrices"
     (tmp_path / "outputs" / "audit").mkdir(parents=True)
     (tmp_path / "outputs" / "audit" / "report.html").write_text("<html></html>")
-    matrices.run(params, scores, out)  # ViT-S has no scores: left out with a warning
+    matrices.run(params, root, out, slices_dir=slices)
 
     metrics = json.loads((tmp_path / "outputs" / "metrics.json").read_text())
     assert set(metrics) == {"MLP-S", "CNN-S"}
@@ -71,17 +109,17 @@ def test_stage_outputs_metrics_report_and_mlflow(scores, tmp_path, monkeypatch):
     assert cnn["future"] == pytest.approx(90 - 50 / 6)
     assert cnn["decay"] == pytest.approx(50 / 6)
     assert cnn["backward"] == pytest.approx(89.0)
-    assert cnn["td_score"] > 0
     summary = json.loads((out / "summary.json").read_text())
     assert [r["model"] for r in summary["models"]] == ["CNN-S", "MLP-S"]
     assert summary["cutoffs"] == ["2014-H1", "2014-H2", "2015-H1"]  # K - 1 = 3 candidates
     back = json.loads((out / "MLP-S.json").read_text())
     assert back["seeds"] == [0, 1] and back["seed_values"][1][0][3] is None
     assert back["values"][0][0] == pytest.approx(91.0)
+    assert back["window"] == "cumulative" and back["precision"] == "fp32" and back["stale"] == 0
     assert (out / "MLP-S.csv").read_text().splitlines()[0] == "trained_up_to," + ",".join(SLICES)
     assert (out / "plots" / "CNN-S.png").read_bytes()[:4] == b"\x89PNG"
     report = (tmp_path / "outputs" / "report" / "report.html").read_text()
-    assert 'href="../audit/report.html"' in report and report.count("<img ") == 7
+    assert 'href="../audit/report.html"' in report
 
     mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs(experiment_names=["test-matrices"], filter_string="tags.kind = 'matrices'",
@@ -94,7 +132,8 @@ def test_stage_outputs_metrics_report_and_mlflow(scores, tmp_path, monkeypatch):
     assert {"matrices", "plots", "report"} <= arts
 
 
-def test_no_scores_is_a_clear_error(tmp_path):
-    (tmp_path / "scores").mkdir()
+def test_no_scores_is_a_clear_error(setup, tmp_path):
+    params, _, slices, _ = setup
+    (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="evaluate"):
-        matrices.read_scores(tmp_path / "scores")
+        matrices.read_scores(params, slices, tmp_path / "empty")

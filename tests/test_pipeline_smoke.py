@@ -8,7 +8,7 @@ from mlflow.tracking import MlflowClient
 
 from driftmatrix import training
 from driftmatrix.pipeline import Paths, run_all, train_and_evaluate
-from driftmatrix.tracking import UnitKey, configure, load_registered
+from driftmatrix.tracking import configure, load_registered
 
 
 MODELS = {"MLP-S": {}, "CNN-S": {"epochs": 2}}
@@ -50,7 +50,7 @@ def test_one_finished_run_per_model_cutoff_seed_with_tags(finished):
     assert len(keys) == len(runs)
     run = next(r for r in runs if r.data.tags["model"] == "CNN-S" and r.data.tags["cutoff"] == "1951")
     assert run.info.run_name == "CNN-S · cutoff 1951 · seed " + run.data.tags["seed"]
-    for tag in ("dataset", "family", "data_version", "git_commit", "config_key"):
+    for tag in ("dataset", "family", "data_version", "git_commit", "unit_key", "window"):
         assert run.data.tags[tag]
     assert run.data.tags["family"] == "CNN" and run.data.params["epochs"] == "2"
     assert {"train_loss", "in_distribution", "future_mean"} <= set(run.data.metrics)
@@ -77,19 +77,19 @@ def test_registry_alias_resolves_to_a_model_that_predicts(finished):
 def test_rerun_skips_finished_work_and_redoes_a_killed_unit(finished, caplog):
     params, paths = finished
     before = {r.info.run_id for r in cutoff_runs(params)}
-    # Simulate a unit killed half-way: its sidecar is gone and a RUNNING run was left behind.
-    _, sidecar = training.unit_paths(paths.checkpoints, "MLP-S", 1, 2)
-    sidecar.unlink()
+    # Simulate a unit killed half-way: its record is gone and a RUNNING run was left behind.
     exp = training.Experiment(params, "MLP-S", paths.slices)
+    unit = exp.plan.unit(1, 2)
+    store = training.CheckpointStore(paths.checkpoints, "MLP-S")
+    weights = store.folder(unit.key) / store.WEIGHTS
+    original = weights.read_bytes()
+    (store.folder(unit.key) / store.RECORD).unlink()
     exp_id = configure(params.tracking)
-    key = exp.unit_key(1, 2)
-    old = MlflowClient().search_runs([exp_id], filter_string=key.filter())[0].info.run_id
-    MlflowClient().create_run(exp_id, tags=key.tags())  # the half-finished leftover
+    MlflowClient().create_run(exp_id, tags=unit.tags())  # the half-finished leftover
     caplog.set_level("INFO")
     train_and_evaluate(params, paths, ["MLP-S"])
+    assert any("8 units in the plan (cumulative window), 7 done, 1 to train" in m for m in caplog.messages)
+    assert weights.read_bytes() == original  # redone, bit-identical
     after = cutoff_runs(params)
-    assert len(after) == len(before)  # nothing duplicated
-    assert {r.info.run_id for r in after} - before != set()  # the killed unit was redone
-    assert old not in {r.info.run_id for r in after}
+    assert {r.info.run_id for r in after} == before  # nothing duplicated, nothing lost
     assert not cutoff_runs(params, "RUNNING")
-    assert sum("done already, skipped" in m for m in caplog.messages) == 7

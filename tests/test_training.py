@@ -10,7 +10,7 @@ def test_same_seed_on_cpu_gives_identical_models_and_scores(tmp_path, tiny_param
     paths = Paths(tmp_path / "out")
     prepare(params, paths, generate=True)
     exp = Experiment(params, "CNN-S", paths.slices)
-    (a, la, _), (b, lb, _), (c, lc, _) = exp.train_unit(0, 1), exp.train_unit(0, 1), exp.train_unit(1, 1)
+    (a, la, _), (b, lb, _), (c, lc, _) = exp.train_unit(exp.plan.unit(0, 1)), exp.train_unit(exp.plan.unit(0, 1)), exp.train_unit(exp.plan.unit(1, 1))
     assert la == lb and la != lc
     for (k, va), vb in zip(a.state_dict().items(), b.state_dict().values()):
         assert torch.equal(va, vb), k
@@ -23,8 +23,8 @@ def test_model_seed_never_changes_the_split(tmp_path, tiny_params):
     paths = Paths(tmp_path / "out")
     prepare(params, paths, generate=True)
     exp0 = Experiment(params, "MLP-S", paths.slices)
-    exp0.train_unit(0, 0)
-    exp0.train_unit(1, 0)
+    exp0.train_unit(exp0.plan.unit(0, 0))
+    exp0.train_unit(exp0.plan.unit(1, 0))
     exp1 = Experiment(params, "MLP-S", paths.slices)
     assert (exp0.split == exp1.split).all() and (exp0.slice_ids == exp1.slice_ids).all()
 
@@ -34,7 +34,7 @@ def test_bf16_mixed_precision_is_deterministic_and_close_to_fp32(tmp_path, tiny_
     paths = Paths(tmp_path / "out")
     prepare(params, paths, generate=True)
     exp = Experiment(params, "CNN-S", paths.slices)
-    (a, la, _), (b, lb, _) = exp.train_unit(0, 2), exp.train_unit(0, 2)
+    (a, la, _), (b, lb, _) = exp.train_unit(exp.plan.unit(0, 2)), exp.train_unit(exp.plan.unit(0, 2))
     assert la == lb
     assert all(p.dtype == torch.float32 for p in a.parameters())  # weights stay fp32
     pa = predict(a, exp.inputs, precision="bf16")

@@ -191,11 +191,13 @@ def evaluate(model: str = typer.Option(..., "--model", "-m"), params: Path = PAR
 
 @app.command()
 def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("outputs/scores")),
-             out: Path = typer.Option(Path("outputs/matrices"))) -> None:
-    """Seed-averaged matrices, summary scores, heatmaps, DVC metrics and MLflow logging."""
+             out: Path = typer.Option(Path("outputs/matrices")),
+             slices: Path = typer.Option(Path("outputs/slices"))) -> None:
+    """Seed-averaged matrices of the current configuration, summary scores, heatmaps, DVC
+    metrics and MLflow logging."""
     from driftmatrix import matrices as stage
 
-    stage.run(_params(params), scores, out)
+    stage.run(_params(params), scores, out, slices_dir=slices)
 
 
 @app.command()

@@ -37,6 +37,7 @@ class SyntheticConfig:
     years: int = 20
     per_year: int = 60
     size: int = 32
+    span: int = 20  # years over which the drift schedule runs; fixed, so appending years keeps earlier ones
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class TrainConfig:
     optimizer: str = "adam"  # adam | adamw
     dropout: float | None = None  # None: the model's own default
     precision: str = "fp32"  # fp32 (faithful default) | bf16 (mixed-precision autocast, faster)
+    window: Any = "cumulative"  # cumulative (the paper) | single | {sliding: N} (units.parse_window)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,13 @@
-"""Evaluate stage: score each checkpoint on every slice in one pass over all rows.
+"""Evaluate stage: score every cell of the plan that has no score yet.
 
 Cell (i, j) uses the test split of slice j when j <= i and the whole of slice j when j > i
 (protocol section 1), so no training row of a model is ever scored as in-distribution test.
+Cells are keyed by their unit and slice j's content (``driftmatrix.units``): appending a period
+scores old checkpoints on the new slice only. Each cell is predicted on its own rows in its own
+batches, so its score is the same whichever other cells are scored alongside it.
+
+Scores live in ``<scores>/<model>/<unit key>.json``: the unit, its cells by key, and which
+cells were last attached to which MLflow run.
 """
 
 from __future__ import annotations
@@ -9,11 +15,12 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from driftmatrix.config import Params
+from driftmatrix.units import Cell, ModelPlan, Unit
 
 log = logging.getLogger(__name__)
 
@@ -24,19 +31,13 @@ def eval_mask(slice_ids: np.ndarray, split: np.ndarray, cutoff: int, j: int) -> 
     return in_slice & (split == "test") if j <= cutoff else in_slice
 
 
-def score_row(outputs: np.ndarray, targets: np.ndarray, slice_ids: np.ndarray, split: np.ndarray,
-              cutoff: int, n_slices: int, task: str, categories: tuple[str, ...] = ()) -> dict[str, list]:
-    """One drift-matrix row from the outputs of one checkpoint on every row (pure)."""
+def score_cell(outputs: np.ndarray, targets: np.ndarray, task: str,
+               categories: tuple[str, ...] = ()) -> dict[str, Any]:
+    """One cell from the outputs on its evaluation rows (pure): value (None if empty), n, left out."""
     from driftmatrix.tasks import cell_score
 
-    values, n_eval, left_out = [], [], []
-    for j in range(n_slices):
-        mask = eval_mask(slice_ids, split, cutoff, j)
-        value, left = cell_score(task, outputs[mask], targets[mask], categories)
-        values.append(None if np.isnan(value) else value)
-        n_eval.append(int(mask.sum()))
-        left_out.append(left)
-    return {"values": values, "n_eval": n_eval, "left_out": left_out}
+    value, left = cell_score(task, outputs, targets, categories)
+    return {"value": None if np.isnan(value) else value, "n_eval": int(len(targets)), "left_out": left}
 
 
 def row_summary(values: list[float | None], cutoff: int) -> dict[str, float]:
@@ -50,48 +51,133 @@ def row_summary(values: list[float | None], cutoff: int) -> dict[str, float]:
     return out
 
 
-def row_path(out_dir: str | Path, model: str, seed: int, cutoff: int) -> Path:
-    return Path(out_dir) / model / f"seed{seed}" / f"cutoff{cutoff:03d}.json"
+class ScoreStore:
+    """``<root>/<model>/<unit key>.json``: the scored cells of one unit (written atomically)."""
+
+    def __init__(self, root: str | Path, model: str):
+        self.dir = Path(root) / model
+
+    def path(self, key: str) -> Path:
+        return self.dir / f"{key}.json"
+
+    def read(self, key: str) -> dict[str, Any]:
+        p = self.path(key)
+        return json.loads(p.read_text()) if p.exists() else {"cells": {}, "logged": {}}
+
+    def write(self, key: str, doc: Mapping[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.path(key).with_suffix(".json.tmp")
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(self.path(key))
+
+    def keys(self) -> list[str]:
+        return sorted(p.stem for p in self.dir.glob("*.json")) if self.dir.exists() else []
+
+
+def current_row(plan: ModelPlan, unit: Unit, hashes: Sequence[str], cells: Mapping[str, Any]) -> dict[str, list]:
+    """The unit's drift-matrix row from its stored cells (None where a cell is not scored)."""
+    values, n_eval, left_out = [], [], []
+    for cell in plan.cells(unit, hashes):
+        c = cells.get(cell.key) or {}
+        values.append(c.get("value"))
+        n_eval.append(c.get("n_eval"))
+        left_out.append(c.get("left_out", []))
+    return {"values": values, "n_eval": n_eval, "left_out": left_out}
+
+
+def score_task(exp, item: tuple[Unit, list[Cell], str]) -> dict[str, dict[str, Any]]:
+    """Worker side: load one checkpoint and score the given cells on their own rows."""
+    from driftmatrix.training import CheckpointStore, predict
+
+    unit, cells, checkpoints_dir = item
+    model = exp.load_unit(CheckpointStore(checkpoints_dir, unit.model), unit.key)
+    categories = tuple(c.removeprefix("label_") for c in exp.meta.label_columns)
+    out = {}
+    for cell in cells:
+        rows = np.flatnonzero(eval_mask(exp.slice_ids, exp.split, unit.cutoff_index, cell.j))
+        outputs = predict(model, exp.inputs, exp.cfg.eval_batch_size, exp.cfg.precision, rows)
+        out[cell.key] = {"slice": cell.label, "j": cell.j, "evalset": cell.evalset,
+                         **score_cell(outputs, exp.targets_np[rows], exp.meta.task, categories)}
+    return out
 
 
 def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str | Path,
         out_dir: str | Path, features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
-    """Score every trained unit of ``model`` not yet scored; log each row to its MLflow run."""
-    from driftmatrix import tracking
-    from driftmatrix.training import Experiment, predict, unit_paths
+    """Score the plan's missing cells of ``model``; attach each changed row to its unit's run."""
+    from driftmatrix.executor import make_executor
+    from driftmatrix.training import CheckpointStore, Experiment, ExperimentRecipe, sync
+    from driftmatrix.units import slice_hashes
 
     exp = Experiment(params, model, slices_dir, features_dir)
-    tracking.configure(params.tracking)
-    categories = tuple(c.removeprefix("label_") for c in exp.meta.label_columns)
-    K = len(exp.labels)
-    written = []
-    for seed in exp.cfg.seeds:
-        for i in range(K):
-            ckpt, sidecar = unit_paths(checkpoints_dir, model, seed, i)
-            key = exp.unit_key(seed, i)
-            trained = json.loads(sidecar.read_text()) if sidecar.exists() else {}
-            if trained.get("config_key") != key.config_key:
-                raise FileNotFoundError(f"{sidecar}: no finished checkpoint for {model} seed {seed} cutoff "
-                                        f"{exp.labels[i]} (run `driftmatrix train -m {model}` first)")
-            run_id = trained["run_id"]
-            out = row_path(out_dir, model, seed, i)
-            if out.exists() and json.loads(out.read_text()).get("config_key") == key.config_key:
+    plan, hashes = exp.plan, slice_hashes(exp.manifest)
+    ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(out_dir, model)
+    untrained = [u for u in plan.units if not ckpts.done(u.key)]
+    if untrained:
+        raise FileNotFoundError(f"{ckpts.dir}: {len(untrained)} of {len(plan.units)} units of {model} have no "
+                                f"checkpoint (first: seed {untrained[0].seed} cutoff {untrained[0].cutoff}); "
+                                f"run `driftmatrix train -m {model}` first")
+    docs = {u.key: scores.read(u.key) for u in plan.units}
+    todo = []
+    for u in plan.units:
+        missing = [c for c in plan.cells(u, hashes) if c.key not in docs[u.key]["cells"]]
+        if missing:
+            todo.append((u, missing, str(checkpoints_dir)))
+    n_cells = sum(len(m) for _, m, _ in todo)
+    log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes), n_cells,
+             len(todo))
+    recipe = ExperimentRecipe.of(params, model, slices_dir, features_dir)
+    for (unit, _, _), cells in make_executor(params).map(score_task, recipe, todo, model=model,
+                                                         label=f"evaluate {model}", context=exp):
+        doc = docs[unit.key]
+        doc["unit"] = {"model": unit.model, "seed": unit.seed, "cutoff": unit.cutoff, "key": unit.key}
+        doc["cells"].update(cells)
+        scores.write(unit.key, doc)
+    run_ids = sync(params, exp, ckpts)
+    written = attach_rows(params, exp, plan, hashes, scores, docs, run_ids)
+    return written
+
+
+def row_record(exp, unit: Unit, row: Mapping[str, list], run_id: str | None) -> dict[str, Any]:
+    """A drift-matrix row in the published score-row format (docs/CONTRACTS.md)."""
+    return {"dataset": exp.dataset, "model": unit.model, "family": unit.family, "seed": unit.seed,
+            "cutoff_index": unit.cutoff_index, "cutoff": unit.cutoff, "slices": list(exp.labels),
+            "metric": exp.metric.key, "metric_name": exp.metric.name, "unit": exp.metric.unit,
+            "higher_is_better": exp.metric.higher_is_better, **row, "run_id": run_id, "unit_key": unit.key}
+
+
+def attach_rows(params: Params, exp, plan: ModelPlan, hashes: Sequence[str], scores: ScoreStore,
+                docs: dict[str, dict], run_ids: Mapping[str, str]) -> list[dict[str, Any]]:
+    """Log each row whose cells or run changed since it was last attached: metrics
+    ``in_distribution`` and ``future_mean`` and ``drift_row/*.json|csv`` artifacts."""
+    import tempfile
+
+    from driftmatrix import tracking
+    from driftmatrix.config import fingerprint
+
+    written, batch = [], []
+    data = {"name": f"{exp.dataset}[all slices]", "digest": fingerprint(*hashes),
+            "source": {"path": params.dataset.path, "slices": list(exp.labels)}}
+    with tempfile.TemporaryDirectory() as tmp:
+        for unit in plan.units:
+            doc, run_id = docs[unit.key], run_ids.get(unit.key)
+            cells = [c.key for c in plan.cells(unit, hashes)]
+            if run_id is None or doc.get("logged") == {"run_id": run_id, "cells": cells}:
                 continue
-            outputs = predict(exp.load_model(ckpt), exp.inputs, exp.cfg.eval_batch_size, exp.cfg.precision)
-            row = score_row(outputs, exp.targets_np, exp.slice_ids, exp.split, i, K, exp.meta.task, categories)
-            record = {"dataset": exp.dataset, "model": model, "family": exp.spec.family, "seed": seed,
-                      "cutoff_index": i, "cutoff": exp.labels[i], "slices": exp.labels,
-                      "metric": exp.metric.key, "metric_name": exp.metric.name, "unit": exp.metric.unit,
-                      "higher_is_better": exp.metric.higher_is_better, **row,
-                      "run_id": run_id, "config_key": key.config_key}
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(record, indent=2))
-            csv = out.with_suffix(".csv")
-            csv.write_text("slice,value,n_eval\n" + "".join(
+            row = current_row(plan, unit, hashes, doc["cells"])
+            record = row_record(exp, unit, row, run_id)
+            stem = Path(tmp) / f"{unit.model}_cutoff-{unit.cutoff}_seed-{unit.seed}"
+            stem.with_suffix(".json").write_text(json.dumps(record, indent=2))
+            stem.with_suffix(".csv").write_text("slice,value,n_eval\n" + "".join(
                 f"{lab},{'' if v is None else round(v, 6)},{n}\n"
                 for lab, v, n in zip(exp.labels, row["values"], row["n_eval"])))
-            tracking.log_row(run_id, row_summary(row["values"], i), [out, csv])
+            batch.append((run_id, row_summary(row["values"], unit.cutoff_index),
+                          [stem.with_suffix(".json"), stem.with_suffix(".csv")]))
+            doc["logged"] = {"run_id": run_id, "cells": cells}
             written.append(record)
-            log.info("scored %s seed %s cutoff %s: M[i,i]=%s", model, seed, exp.labels[i],
-                     row["values"][i] if row["values"][i] is None else round(row["values"][i], 2))
+        if batch:
+            tracking.log_rows(params.tracking, batch, data, step=len(hashes))
+    for record in written:  # only once MLflow has them
+        scores.write(record["unit_key"], docs[record["unit_key"]])
+    if written:
+        log.info("%s: %d drift-matrix rows attached to their MLflow runs", plan.model, len(written))
     return written

@@ -1,8 +1,8 @@
 """Matrices stage: score rows -> seed-level drift matrices, summaries, plots, metrics, report.
 
-Reads ``outputs/scores/<model>/seed<s>/cutoff<iii>.json`` (docs/CONTRACTS.md), assembles one
-(S, K, K) stack per model (a row that was never scored stays NaN, so a missing seed or cutoff
-only thins the averages), and writes everything the report and DVC need. Logs one MLflow run
+Assembles exactly the cells of the current configuration (models, seeds, slices, settings: the
+plan of ``driftmatrix.units``) from ``outputs/scores``; score files of other configurations are
+counted as stale and never averaged in. Writes everything the report and DVC need. Logs one MLflow run
 ``matrices · <dataset>`` (tag ``kind=matrices``) with the per-model summary metrics and files.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import logging
 import math
-import re
 from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -20,51 +20,77 @@ from driftmatrix.analysis import matrixfile
 from driftmatrix.analysis.matrixfile import DriftMatrices
 from driftmatrix.analysis.tables import Cohort
 from driftmatrix.config import Params
+from driftmatrix.units import ModelPlan
 
 log = logging.getLogger(__name__)
 
-SEED_DIR = re.compile(r"^seed(\d+)$")
 STATS = ("in_distribution", "future", "decay", "td_score", "backward")
 
 
-def read_model_scores(model_dir: str | Path) -> DriftMatrices | None:
-    """The seed stack of one model from its score rows; None when it has none."""
-    rows = []
-    for seed_dir in sorted(Path(model_dir).iterdir()):
-        if seed_dir.is_dir() and SEED_DIR.match(seed_dir.name):
-            rows += [json.loads(p.read_text()) for p in sorted(seed_dir.glob("cutoff*.json"))]
-    if not rows:
-        return None
-    first = rows[0]
-    slices = [str(s) for s in first["slices"]]
-    for r in rows:
-        if [str(s) for s in r["slices"]] != slices or r["metric"] != first["metric"]:
-            raise ValueError(f"{model_dir}: score rows disagree on slices or metric "
-                             f"(seed {r['seed']}, cutoff {r['cutoff_index']}); rerun evaluate")
-    seeds = sorted({int(r["seed"]) for r in rows})
-    stack = np.full((len(seeds), len(slices), len(slices)), np.nan)
-    for r in rows:
-        stack[seeds.index(int(r["seed"])), int(r["cutoff_index"])] = np.array(r["values"], dtype=float)
+def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[str, Any]],
+             metric, dataset: str, precision: str = "") -> DriftMatrices:
+    """The (S, K, K) seed stack of exactly the plan's cells (pure); unscored cells stay NaN.
+
+    ``docs``: unit key -> score document (``evaluation.ScoreStore``); ``metric``: the task's
+    ``tasks.Metric``. ``extra`` carries the cells' n_eval (of the first seed), the window, the
+    precision and how many cells are missing.
+    """
+    from driftmatrix.evaluation import current_row
+
+    K, S = len(plan.labels), len(plan.seeds)
+    stack, n_eval = np.full((S, K, K), np.nan), np.full((K, K), np.nan)
+    for unit in plan.units:
+        row = current_row(plan, unit, hashes, (docs.get(unit.key) or {}).get("cells", {}))
+        stack[plan.seeds.index(unit.seed), unit.cutoff_index] = [np.nan if v is None else v for v in row["values"]]
+        if unit.seed == plan.seeds[0]:
+            n_eval[unit.cutoff_index] = [np.nan if n is None else n for n in row["n_eval"]]
+    missing = int(sum(1 for u in plan.units for c in plan.cells(u, hashes)
+                      if c.key not in (docs.get(u.key) or {}).get("cells", {})))
     return DriftMatrices(
-        model=first["model"], slices=slices, seed_values=stack,
-        metric=first.get("metric_name") or first["metric"], unit=first.get("unit", ""),
-        higher_is_better=bool(first["higher_is_better"]), dataset=first.get("dataset", ""),
-        family=first.get("family"), seeds=seeds, extra={"metric_key": first["metric"]})
+        model=plan.model, slices=list(plan.labels), seed_values=stack, metric=metric.name, unit=metric.unit,
+        higher_is_better=metric.higher_is_better, dataset=dataset, family=plan.units[0].family,
+        seeds=list(plan.seeds),
+        extra={"metric_key": metric.key, "n_eval": n_eval.tolist(), "window": plan.window.name,
+               "precision": precision, "missing_cells": missing})
 
 
-def read_scores(scores_dir: str | Path, models=None) -> dict[str, DriftMatrices]:
-    """Every model under ``scores_dir`` (only ``models`` when given; missing ones are logged)."""
-    scores_dir = Path(scores_dir)
-    names = list(models) if models else sorted(p.name for p in scores_dir.iterdir() if p.is_dir())
+def read_model(params: Params, model: str, manifest: Mapping[str, Any], scores_dir: str | Path) -> DriftMatrices:
+    """One model's matrices from the scores of its current plan; other score files are stale."""
+    from driftmatrix.data.table import DatasetMeta
+    from driftmatrix.evaluation import ScoreStore
+    from driftmatrix.tasks import metric_for
+    from driftmatrix.training import effective_config, model_plan
+    from driftmatrix.units import slice_hashes
+
+    plan = model_plan(params, model, manifest)
+    store = ScoreStore(scores_dir, model)
+    current = {u.key for u in plan.units}
+    docs = {k: store.read(k) for k in current}
+    stale = len(set(store.keys()) - current)
+    metric = metric_for(DatasetMeta.from_dict(manifest["dataset"]).task)
+    m = assemble(plan, slice_hashes(manifest), docs, metric, params.dataset.name,
+                 effective_config(params, model).precision)
+    m.extra["stale"] = stale
+    if m.extra["missing_cells"]:
+        log.warning("matrices: %s has %d unscored cells of %d (run `driftmatrix evaluate -m %s`); left empty",
+                    model, m.extra["missing_cells"], len(plan.units) * len(plan.labels), model)
+    if stale:
+        log.info("matrices: %s: %d stale score files (other seeds, slices or settings) ignored", model, stale)
+    return m
+
+
+def read_scores(params: Params, slices_dir: str | Path, scores_dir: str | Path) -> dict[str, DriftMatrices]:
+    """Every configured model's matrices (models with no scored cell at all are left out)."""
+    manifest = json.loads((Path(slices_dir) / "manifest.json").read_text())
     out = {}
-    for name in names:
-        m = read_model_scores(scores_dir / name) if (scores_dir / name).is_dir() else None
-        if m is None:
-            log.warning("matrices: no score rows for %s under %s; left out", name, scores_dir)
+    for name in params.models:
+        m = read_model(params, name, manifest, scores_dir)
+        if np.isnan(m.seed_values).all():
+            log.warning("matrices: no scored cells for %s under %s; left out", name, scores_dir)
             continue
         out[name] = m
     if not out:
-        raise FileNotFoundError(f"{scores_dir}: no score rows found (run the evaluate stage first)")
+        raise FileNotFoundError(f"{scores_dir}: no scored cells for {list(params.models)} (run the evaluate stage first)")
     return out
 
 
@@ -111,18 +137,10 @@ def log_to_mlflow(params: Params, cohort: Cohort, files: list[Path], dataset: st
     """One run per dataset with the summary metrics and every file; returns the run id."""
     import mlflow
 
-    try:
-        from driftmatrix import tracking
-    except ImportError:  # tracking module not present: plain MLflow setup
-        tracking = None
-    if tracking is not None and hasattr(tracking, "configure"):
-        tracking.configure(params.tracking)
-    else:
-        import os
+    from driftmatrix import tracking
 
-        mlflow.set_tracking_uri(os.environ.get("MLFLOW_TRACKING_URI") or params.tracking.uri)
-        mlflow.set_experiment(params.tracking.experiment)
-    with mlflow.start_run(run_name=f"matrices · {dataset}") as run:
+    exp_id = tracking.configure(params.tracking)
+    with mlflow.start_run(experiment_id=exp_id, run_name=f"matrices · {dataset}") as run:
         mlflow.set_tags({"kind": "matrices", "dataset": dataset, "metric": cohort.metric,
                          "models": ",".join(cohort.models)})
         metrics = {f"{m}.{k}": v for m, s in cohort.summaries.items()
@@ -136,7 +154,7 @@ def log_to_mlflow(params: Params, cohort: Cohort, files: list[Path], dataset: st
 
 def run(params: Params, scores_dir: str | Path, out_dir: str | Path,
         metrics_path: str | Path | None = None, report_path: str | Path | None = None,
-        track: bool = True) -> Cohort:
+        track: bool = True, slices_dir: str | Path = "outputs/slices") -> Cohort:
     """The whole stage. Defaults put metrics.json and report/report.html beside ``out_dir``
     (``outputs/metrics.json``, ``outputs/report/report.html``)."""
     from driftmatrix.reporting import html
@@ -144,7 +162,7 @@ def run(params: Params, scores_dir: str | Path, out_dir: str | Path,
     out_dir = Path(out_dir)
     metrics_path = Path(metrics_path) if metrics_path else out_dir.parent / "metrics.json"
     report_path = Path(report_path) if report_path else out_dir.parent / "report" / "report.html"
-    models = read_scores(scores_dir, [m for m in params.models])
+    models = read_scores(params, slices_dir, scores_dir)
     cohort = Cohort(models)
     dataset = cohort.first.dataset or params.dataset.name
     files = write_outputs(cohort, out_dir, metrics_path)

@@ -69,4 +69,4 @@ def run_all(params: Params, paths: Paths = Paths(), generate: bool = False) -> N
 
     prepare(params, paths, generate)
     train_and_evaluate(params, paths)
-    matrices.run(params, paths.scores, paths.matrices)
+    matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)

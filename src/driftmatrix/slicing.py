@@ -133,14 +133,38 @@ def run(params: Params, src: str | Path, out: str | Path) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     positions = rows["_pos"].to_numpy()
     rows = rows.drop(columns=["_pos", "_start", "_label"])
-    if ingested.images is not None:
-        np.save(out / "images.npy", ingested.images[positions])
+    images = ingested.images[positions] if ingested.images is not None else None
+    if images is not None:
+        np.save(out / "images.npy", images)
     rows.to_parquet(out / "rows.parquet", index=False)
+    for info, digest in zip(manifest["slices"], slice_content_hashes(rows, images, manifest)):
+        info["hash"] = digest
     manifest["data_version"] = fingerprint(
         pd.util.hash_pandas_object(rows.drop(columns=["timestamp"]), index=False).sum().item(),
         manifest["slices"], str(ingested.images.sum()) if ingested.images is not None else "")
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+def slice_content_hashes(rows: pd.DataFrame, images: np.ndarray | None,
+                         manifest: dict[str, Any]) -> list[str]:
+    """One content hash per slice: its label, every column of its rows but the slice index
+    (ids, timestamps, labels, text, split) and its image bytes. A slice's hash changes only when
+    its own rows do, which is what keys units and cells (driftmatrix.units)."""
+    import hashlib
+
+    slice_ids = rows["slice"].to_numpy()
+    content = rows.drop(columns=["slice"])
+    out = []
+    for info in manifest["slices"]:
+        sel = np.flatnonzero(slice_ids == info["index"])
+        h = hashlib.sha256(str(info["label"]).encode())
+        h.update(pd.util.hash_pandas_object(content.iloc[sel], index=False).to_numpy().tobytes())
+        h.update(",".join(content.columns).encode())
+        if images is not None:
+            h.update(np.ascontiguousarray(images[sel]).tobytes())
+        out.append(h.hexdigest()[:16])
+    return out
 
 
 def describe(manifest: dict[str, Any]) -> str:

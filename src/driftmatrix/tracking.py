@@ -1,28 +1,37 @@
-"""MLflow at the edge: store setup, one run per (model, cutoff, seed), registry with cutoff aliases.
+"""MLflow at the edge: one run and one registry version per unit, written by the driver alone.
 
-The default store is a sqlite file plus ``mlruns/`` for artifacts in the repository (both
-git-ignored); ``MLFLOW_TRACKING_URI`` points it anywhere else. Runs are found again by their
-tags, so a re-run skips finished work and replaces a run that was killed half-way.
+Workers and stages never write MLflow while they compute. Finished units leave a checkpoint and
+a sidecar (``training.CheckpointStore``); :func:`sync_units` then makes MLflow agree with them in
+one pass per model: every current unit gets exactly one live FINISHED run (created from its
+sidecar with the recorded training times, or restored if it was soft-deleted), one registered
+version and its cutoff aliases; a unit redone under a new key supersedes the old one (run
+soft-deleted with a ``superseded_by`` tag, version deleted, aliases moved). Because the sidecar
+is the record, a kill at any moment loses nothing: the next sync finishes the job.
+
+Models are logged weights-only (safetensors + a JSON description) and loaded by rebuilding the
+network from the registry, so loading a registered model never unpickles anything.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import logging
 import os
 import re
 import subprocess
-from dataclasses import dataclass
+import tempfile
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping, Sequence
 
 from driftmatrix.config import TrackingConfig
 
 log = logging.getLogger(__name__)
 
-#: Requirements written with every logged model (avoids MLflow's slow inference, 5-12 s a call).
-MODEL_REQUIREMENTS = ["torch==2.14.1", "numpy"]
+#: MLflow 3 experiment kind that opens the UI on the runs table (not the GenAI overview).
+EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
+_CONFIGURED: dict[tuple[str, str], str] = {}
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
@@ -30,11 +39,13 @@ def tracking_uri(cfg: TrackingConfig) -> str:
 
 
 def configure(cfg: TrackingConfig) -> str:
-    """Point MLflow at the configured store and experiment; returns the experiment id."""
+    """Point MLflow at the configured store and experiment (once per process); the experiment id."""
     import mlflow
 
     uri = tracking_uri(cfg)
     mlflow.set_tracking_uri(uri)
+    if (uri, cfg.experiment) in _CONFIGURED:
+        return _CONFIGURED[uri, cfg.experiment]
     exp = mlflow.get_experiment_by_name(cfg.experiment)
     if exp is None:
         location = None
@@ -42,10 +53,14 @@ def configure(cfg: TrackingConfig) -> str:
             location = Path(cfg.artifact_root).resolve().as_uri()
         elif uri.startswith("sqlite:///"):  # a temporary store: artifacts beside its database
             location = (Path(uri.removeprefix("sqlite:///")).resolve().parent / "mlruns").as_uri()
-        exp_id = mlflow.create_experiment(cfg.experiment, artifact_location=location)
+        exp_id = mlflow.create_experiment(cfg.experiment, artifact_location=location,
+                                          tags=dict([EXPERIMENT_KIND]))
     else:
         exp_id = exp.experiment_id
+        if exp.tags.get(EXPERIMENT_KIND[0]) != EXPERIMENT_KIND[1]:
+            mlflow.MlflowClient().set_experiment_tag(exp_id, *EXPERIMENT_KIND)
     mlflow.set_experiment(experiment_id=exp_id)
+    _CONFIGURED[uri, cfg.experiment] = exp_id
     return exp_id
 
 
@@ -63,6 +78,15 @@ def alias_for(cutoff: str, seed: int | None = None) -> str:
     return base if seed is None else f"{base}-seed-{seed}"
 
 
+def quote(value: Any) -> str:
+    """A string literal for MLflow's filter syntax (quotes and backslashes escaped)."""
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def tag_filter(tags: Mapping[str, Any]) -> str:
+    return " and ".join(f"tags.{k} = {quote(v)}" for k, v in tags.items())
+
+
 def git_commit() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=5)
@@ -71,88 +95,9 @@ def git_commit() -> str:
         return "unknown"
 
 
-@dataclass(frozen=True)
-class UnitKey:
-    """Identity of one unit of work, as MLflow tags."""
-
-    dataset: str
-    model: str
-    family: str
-    cutoff: str
-    cutoff_index: int
-    seed: int
-    config_key: str
-
-    def tags(self) -> dict[str, str]:
-        return {"kind": "cutoff", "dataset": self.dataset, "model": self.model, "family": self.family,
-                "cutoff": self.cutoff, "cutoff_index": str(self.cutoff_index), "seed": str(self.seed),
-                "config_key": self.config_key}
-
-    def filter(self) -> str:
-        t = self.tags()
-        return " and ".join(f"tags.{k} = '{t[k]}'" for k in ("kind", "dataset", "model", "cutoff_index",
-                                                            "seed", "config_key"))
-
-
-def finished_run(exp_id: str, key: UnitKey) -> str | None:
-    """Id of the FINISHED run of this unit; deletes RUNNING/FAILED leftovers of killed runs."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
-    runs = client.search_runs([exp_id], filter_string=key.filter())
-    keep = next((r for r in runs if r.info.status == "FINISHED"), None)
-    for r in runs:
-        if r is not keep:
-            log.info("removing unfinished or duplicate run %s (%s)", r.info.run_id, r.info.status)
-            client.delete_run(r.info.run_id)
-    return keep.info.run_id if keep else None
-
-
-def delete_unit_runs(exp_id: str, key: UnitKey) -> int:
-    """Delete every run of this unit (its checkpoint is gone or stale); returns how many."""
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
-    runs = client.search_runs([exp_id], filter_string=key.filter())
-    for r in runs:
-        client.delete_run(r.info.run_id)
-    return len(runs)
-
-
-def start_unit_run(exp_id: str, key: UnitKey, params: Mapping[str, Any], extra_tags: Mapping[str, str] = ()):
-    """Start the MLflow run of one unit with its name, tags and params (a context manager)."""
-    import mlflow
-
-    tags = {**key.tags(), "git_commit": git_commit(), **dict(extra_tags)}
-    run = mlflow.start_run(experiment_id=exp_id, run_name=run_name(key.model, key.cutoff, key.seed), tags=tags)
-    mlflow.log_params({k: (str(v) if isinstance(v, (list, tuple, dict)) else v) for k, v in params.items()})
-    return run
-
-
-def log_row(run_id: str, metrics: Mapping[str, float], files: Iterable[Path]) -> None:
-    """Attach a scored drift-matrix row to its finished run (no run re-opening: one batch call)."""
-    import time
-
-    from mlflow.entities import Metric
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient()
-    now = int(time.time() * 1000)
-    client.log_batch(run_id, metrics=[Metric(k, float(v), now, 0) for k, v in metrics.items()])
-    for f in files:
-        client.log_artifact(run_id, str(f), artifact_path="drift_row")
-
-
-def log_epoch_losses(losses: Iterable[float]) -> None:
-    import mlflow
-
-    for epoch, loss in enumerate(losses):
-        mlflow.log_metric("train_loss", float(loss), step=epoch)
-
-
 @contextlib.contextmanager
 def quiet_mlflow():
-    """Silence MLflow's per-call notices (pickle-format warning, "Created version ..." lines)."""
+    """Silence MLflow's per-call notices ("Created version ..." lines and the like)."""
     logger = logging.getLogger("mlflow")
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -163,41 +108,188 @@ def quiet_mlflow():
         logger.setLevel(level)
 
 
-def log_and_register_model(model: Any, key: UnitKey, register: bool) -> str | None:
-    """Log the torch model in the active run; register it as a version tagged with cutoff and seed.
-
-    Aliases: ``cutoff-<label>-seed-<s>`` for every seed and ``cutoff-<label>`` for the lowest seed
-    logged so far, so "the CNN-S trained through 1950" loads by name.
-    """
-    import mlflow
+def model_runs(exp_id: str, dataset: str, model: str) -> list[Any]:
+    """Every unit run of one (dataset, model), deleted ones included (one paged search)."""
+    from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
-    name = registered_name(key.dataset, key.model) if register else None
-    with quiet_mlflow():  # one line per unit is ours; MLflow's per-call chatter is not
-        info = mlflow.pytorch.log_model(model, name="model", pip_requirements=MODEL_REQUIREMENTS,
-                                        serialization_format="pickle", registered_model_name=name)
-    if not register:
-        return None
-    client = MlflowClient()
-    run_id = mlflow.active_run().info.run_id
-    versions = client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
-    version = str(versions[0].version) if versions else str(info.registered_model_version)
-    for k, v in {"cutoff": key.cutoff, "cutoff_index": str(key.cutoff_index), "seed": str(key.seed),
-                 "config_key": key.config_key}.items():
-        client.set_model_version_tag(name, version, k, v)
-    client.set_registered_model_alias(name, alias_for(key.cutoff, key.seed), version)
+    client, runs, token = MlflowClient(), [], None
+    filt = tag_filter({"kind": "cutoff", "dataset": dataset, "model": model})
+    while True:
+        page = client.search_runs([exp_id], filter_string=filt, run_view_type=ViewType.ALL,
+                                  max_results=5000, page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def live_runs(exp_id: str, dataset: str, model: str) -> dict[str, str]:
+    """unit key -> id of its live FINISHED run."""
+    return {r.data.tags["unit_key"]: r.info.run_id for r in model_runs(exp_id, dataset, model)
+            if r.info.lifecycle_stage == "active" and r.info.status == "FINISHED" and "unit_key" in r.data.tags}
+
+
+def _metric(key: str, value: float, ts: int, step: int = 0):
+    from mlflow.entities import Metric
+
+    return Metric(key, float(value), ts, step)
+
+
+def _dataset_input(name: str, digest: str, source: Mapping[str, Any], context: str):
+    from mlflow.entities import Dataset, DatasetInput, InputTag
+
+    return DatasetInput(Dataset(name=name, digest=digest[:36], source_type="dvc",
+                                source=json.dumps(dict(source), sort_keys=True)),
+                        tags=[InputTag("mlflow.data.context", context)])
+
+
+def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path | None,
+                    extra_tags: Mapping[str, str]) -> str:
+    """One FINISHED run from a unit's sidecar record: tags, params, losses, times, data, model."""
+    from mlflow.entities import Param, RunTag
+
+    unit = record["unit"]
+    tags = {"kind": "cutoff", "dataset": unit["dataset"], "model": unit["model"], "family": unit["family"],
+            "cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]), "seed": str(unit["seed"]),
+            "unit_key": unit["key"], "window": record.get("window", ""), **dict(extra_tags)}
+    started, ended = int(record["started"] * 1000), int(record["ended"] * 1000)
+    run = client.create_run(exp_id, start_time=started, tags=tags,
+                            run_name=run_name(unit["model"], unit["cutoff"], unit["seed"]))
+    run_id = run.info.run_id
     try:
-        current = client.get_model_version_by_alias(name, alias_for(key.cutoff))
-        current_seed = int(current.tags.get("seed", 10**9))
-    except Exception:  # alias not set yet
-        current_seed = 10**9
-    if key.seed <= current_seed:
-        client.set_registered_model_alias(name, alias_for(key.cutoff), version)
-    return version
+        params = [Param(k, str(v)[:6000]) for k, v in sorted(record["params"].items())]
+        metrics = [_metric("train_loss", loss, ended, step) for step, loss in enumerate(record["losses"])]
+        metrics += [_metric("train_rows", record["train_rows"], ended),
+                    _metric("train_seconds", record["seconds"], ended)]
+        client.log_batch(run_id, metrics=metrics, params=params,
+                         tags=[RunTag("mlflow.source.git.commit", extra_tags.get("git_commit", ""))])
+        data = record.get("data") or {}
+        if data:
+            client.log_inputs(run_id, [_dataset_input(data["name"], data["digest"], data["source"], "training")])
+        if folder is not None:
+            client.log_artifacts(run_id, str(folder), artifact_path="model")
+        client.set_terminated(run_id, "FINISHED", end_time=ended)
+    except BaseException:
+        client.delete_run(run_id)  # never leave a half-written run behind
+        raise
+    return run_id
+
+
+def sync_units(cfg: TrackingConfig, dataset: str, model: str, current: Sequence[Mapping[str, Any]],
+               folders: Mapping[str, Path], extra_tags: Mapping[str, str] = ()) -> dict[str, str]:
+    """Make MLflow agree with the finished units of one model; returns unit key -> run id.
+
+    ``current``: sidecar records of the current plan's finished units; ``folders``: unit key ->
+    its checkpoint folder (weights, description, record), logged as the run's ``model``.
+    """
+    from mlflow.tracking import MlflowClient
+
+    exp_id = configure(cfg)
+    client = MlflowClient()
+    runs = model_runs(exp_id, dataset, model)
+    wanted = {r["unit"]["key"]: r for r in current}
+    slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): r["unit"]["key"] for r in current}
+    by_key: dict[str, str] = {}
+    created = restored = superseded = 0
+    tags = {"git_commit": git_commit(), **dict(extra_tags)}
+    for r in sorted(runs, key=lambda r: (r.info.status != "FINISHED", r.info.lifecycle_stage != "active")):
+        key, status, active = r.data.tags.get("unit_key"), r.info.status, r.info.lifecycle_stage == "active"
+        slot = (r.data.tags.get("cutoff"), r.data.tags.get("seed"))
+        if key in wanted and status == "FINISHED" and key not in by_key:
+            if not active:
+                client.restore_run(r.info.run_id)
+                client.delete_tag(r.info.run_id, "superseded_by") if "superseded_by" in r.data.tags else None
+                restored += 1
+            by_key[key] = r.info.run_id
+        elif active and (key in wanted or status != "FINISHED"):  # duplicate, or left by a kill
+            client.delete_run(r.info.run_id)
+        elif active and slot in slots and key != slots[slot]:  # the unit was redone under a new key
+            client.set_tag(r.info.run_id, "superseded_by", slots[slot])
+            client.delete_run(r.info.run_id)
+            superseded += 1
+    for key, record in wanted.items():
+        if key not in by_key:
+            by_key[key] = create_unit_run(client, exp_id, record, folders[key] if cfg.log_models else None, tags)
+            created += 1
+    if cfg.register and cfg.log_models:
+        sync_registry(client, registered_name(dataset, model), [wanted[k] for k in wanted], by_key)
+    if created or restored or superseded:
+        log.info("mlflow %s: %d runs created, %d restored, %d superseded (%d live)", model, created,
+                 restored, superseded, len(by_key))
+    return by_key
+
+
+def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_ids: Mapping[str, str]) -> None:
+    """One version per current unit, tagged with cutoff and seed; superseded versions deleted;
+    aliases ``cutoff-<label>-seed-<s>`` per seed and ``cutoff-<label>`` for the lowest seed."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException:
+        client.create_registered_model(name, tags={"kind": "driftmatrix"})
+    versions = client.search_model_versions(f"name = {quote(name)}", max_results=100_000)
+    by_key = {v.tags.get("unit_key"): v for v in versions}
+    slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): r["unit"]["key"] for r in records}
+    for v in versions:
+        key, slot = v.tags.get("unit_key"), (v.tags.get("cutoff"), v.tags.get("seed"))
+        if key not in slots.values() and slot in slots:  # superseded by a redone unit
+            client.delete_model_version(name, v.version)
+            by_key.pop(key, None)
+    lowest: dict[str, tuple[int, str]] = {}
+    with quiet_mlflow():
+        for r in records:
+            unit = r["unit"]
+            version = by_key.get(unit["key"])
+            if version is None or version.run_id != run_ids[unit["key"]]:
+                if version is not None:
+                    client.delete_model_version(name, version.version)
+                version = client.create_model_version(
+                    name, f"runs:/{run_ids[unit['key']]}/model", run_id=run_ids[unit["key"]],
+                    tags={"cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]),
+                          "seed": str(unit["seed"]), "unit_key": unit["key"]})
+                client.set_registered_model_alias(name, alias_for(unit["cutoff"], unit["seed"]), version.version)
+            elif alias_for(unit["cutoff"], unit["seed"]) not in (version.aliases or []):
+                client.set_registered_model_alias(name, alias_for(unit["cutoff"], unit["seed"]), version.version)
+            best = lowest.get(unit["cutoff"])
+            if best is None or unit["seed"] < best[0]:
+                lowest[unit["cutoff"]] = (unit["seed"], str(version.version))
+        current = {a: str(v.version) for v in client.search_model_versions(f"name = {quote(name)}", max_results=100_000)
+                   for a in (v.aliases or [])}
+        for cutoff, (_, version) in lowest.items():
+            if current.get(alias_for(cutoff)) != version:
+                client.set_registered_model_alias(name, alias_for(cutoff), version)
+
+
+def log_rows(cfg: TrackingConfig, rows: Sequence[tuple[str, Mapping[str, float], Sequence[Path]]],
+             data: Mapping[str, Any] | None = None, step: int = 0) -> None:
+    """Attach scored drift-matrix rows to their finished runs through the client API (no run is
+    re-opened, so recorded start and end times stay the training times). ``step``: the number
+    of slices, so a row that grows with a new period keeps its history."""
+    import time
+
+    from mlflow.tracking import MlflowClient
+
+    configure(cfg)
+    client = MlflowClient()
+    now = int(time.time() * 1000)
+    for run_id, metrics, files in rows:
+        client.log_batch(run_id, metrics=[_metric(k, v, now, step) for k, v in metrics.items()])
+        if data:
+            client.log_inputs(run_id, [_dataset_input(data["name"], data["digest"], data["source"], "evaluation")])
+        for f in files:
+            client.log_artifact(run_id, str(f), artifact_path="drift_row")
 
 
 def load_registered(dataset: str, model: str, cutoff: str, seed: int | None = None) -> Any:
-    """Load a registered model by its cutoff alias (``models:/<dataset>.<model>@cutoff-<label>``)."""
+    """The torch model registered as ``models:/<dataset>.<model>@cutoff-<label>[-seed-<s>]``,
+    rebuilt from the registry and its safetensors weights (nothing is unpickled)."""
     import mlflow
 
-    return mlflow.pytorch.load_model(f"models:/{registered_name(dataset, model)}@{alias_for(cutoff, seed)}")
+    uri = f"models:/{registered_name(dataset, model)}@{alias_for(cutoff, seed)}"
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(mlflow.artifacts.download_artifacts(uri, dst_path=tmp))
+        from driftmatrix.training import load_model_folder
+
+        return load_model_folder(folder)

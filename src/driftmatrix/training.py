@@ -1,8 +1,10 @@
-"""Train stage: a fresh model per (cutoff i, seed) on the train splits of slices 1..i.
+"""Train stage: a fresh model per unit (model, cutoff i, seed) on the train splits of its window.
 
-Work is resumable: each finished unit leaves a checkpoint plus a JSON sidecar holding the key of
-its configuration; a re-run skips units whose sidecar matches, and redoes (without duplicating
-its MLflow run) a unit that was killed half-way.
+The plan (``driftmatrix.units``) names the units of the current configuration by what they
+read; a unit whose checkpoint folder is complete is done, whatever else changed. Workers (this
+process, or Ray tasks through ``driftmatrix.executor``) train and return weights; only this
+driver writes checkpoints, atomically, and then syncs MLflow from them in one pass, so a kill
+at any moment loses at most the units in flight.
 """
 
 from __future__ import annotations
@@ -10,13 +12,14 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from driftmatrix.config import Params, TrainConfig, build, fingerprint
+from driftmatrix.config import Params, TrainConfig, build
+from driftmatrix.units import ModelPlan, Unit, plan_model, slice_hashes
 
 log = logging.getLogger(__name__)
 
@@ -33,19 +36,19 @@ def effective_config(params: Params, model: str) -> TrainConfig:
     """``train`` < the model spec's own defaults (e.g. lr 1e-4 for frozen heads) < ``models.<name>``."""
     from driftmatrix.models.registry import get
 
+    from driftmatrix.units import parse_window
+
     spec = get(model)
     merged = {**asdict(params.train), **dict(spec.train_defaults), **dict(params.models.get(model) or {})}
-    return build(TrainConfig, merged, f"models.{model}")
+    cfg = build(TrainConfig, merged, f"models.{model}")
+    parse_window(cfg.window, f"models.{model}.window")  # a clear error before any work
+    return cfg
 
 
-def cutoff_train_rows(slice_ids: np.ndarray, split: np.ndarray, cutoff: int) -> np.ndarray:
-    """Row indices of D_<=i: the train splits of slices 0..cutoff."""
-    return np.flatnonzero((slice_ids <= cutoff) & (split == "train"))
-
-
-def unit_paths(out_dir: str | Path, model: str, seed: int, cutoff: int) -> tuple[Path, Path]:
-    base = Path(out_dir) / model / f"seed{seed}" / f"cutoff{cutoff:03d}"
-    return base.with_suffix(".pt"), base.with_suffix(".json")
+def window_train_rows(slice_ids: np.ndarray, split: np.ndarray, window: Sequence[int]) -> np.ndarray:
+    """Row indices a unit trains on: the train splits of the slices in its window (cumulative:
+    slices 0..i, the paper's D_<=i)."""
+    return np.flatnonzero(np.isin(slice_ids, np.asarray(window)) & (split == "train"))
 
 
 def fit(model, inputs, targets, train_idx: np.ndarray, cfg: TrainConfig,
@@ -98,22 +101,46 @@ def autocast(device, precision: str):
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
-def predict(model, inputs, batch_size: int = 1024, precision: str = "fp32") -> np.ndarray:
-    """Outputs of ``model`` for every row of ``inputs``: one pass, scored by every cell later."""
+def predict(model, inputs, batch_size: int = 1024, precision: str = "fp32",
+            rows: np.ndarray | None = None) -> np.ndarray:
+    """Outputs of ``model`` for ``rows`` of ``inputs`` (default: every row), in batches.
+
+    Batches never mix rows across calls, so a slice predicted alone gives the same outputs as
+    the same slice predicted with others when the caller predicts slice by slice.
+    """
     import torch
 
     model.eval()
     device = next(model.parameters()).device
+    rows = torch.arange(len(inputs)) if rows is None else torch.as_tensor(rows, dtype=torch.long)
     outs = []
     with torch.inference_mode(), autocast(device, precision):
-        for start in range(0, len(inputs), batch_size):
-            idx = torch.arange(start, min(start + batch_size, len(inputs)))
-            outs.append(model(*inputs.batch(idx)).float().cpu())
+        for start in range(0, len(rows), batch_size):
+            outs.append(model(*inputs.batch(rows[start:start + batch_size])).float().cpu())
+    if not outs:
+        return np.zeros((0, 0), dtype=np.float32)
     return torch.cat(outs).numpy()
 
 
+
+def model_plan(params: Params, model: str, manifest: Mapping[str, Any]) -> ModelPlan:
+    """Every unit of ``model`` under ``params`` and the slices ``manifest`` (no data loaded):
+    what the train, evaluate, status and matrices stages agree on."""
+    from driftmatrix.data.table import DatasetMeta
+    from driftmatrix.features.cache import encoder_identity
+    from driftmatrix.models.registry import get
+
+    spec, meta = get(model), DatasetMeta.from_dict(manifest["dataset"])
+    identity = {"model": spec.name, "family": spec.family, "inputs": spec.inputs, "encoder": spec.encoder or "",
+                "description": spec.description, "task": meta.task, "outputs": meta.num_outputs,
+                "features": encoder_identity(spec.inputs, spec.encoder, params.extra.get("embed"))}
+    slice_hashes(manifest)  # a clear error for slices written before content hashes existed
+    return plan_model(params.dataset.name, model, spec.family, identity, effective_config(params, model),
+                      manifest["slices"])
+
+
 class Experiment:
-    """Everything one (model) stage needs: slices, inputs on device, targets, config, tracking."""
+    """Everything one model's stages need: slices, inputs on the device, targets, config, plan."""
 
     def __init__(self, params: Params, model: str, slices_dir: str | Path,
                  features_dir: str | Path = "outputs/features"):
@@ -141,17 +168,10 @@ class Experiment:
                                   params.extra.get("embed")).to(self.device)
         self.info = dict(getattr(self.inputs, "info", {}))
         self.dataset = params.dataset.name
+        self.plan = self.make_plan()
 
-    def config_key(self, seed: int, cutoff: int) -> str:
-        features = (self.info["cache"],) if "cache" in self.info else ()  # cached encoder features
-        return fingerprint(self.spec.name, self.spec.description, self.cfg, self.manifest["data_version"],
-                           seed, cutoff, self.labels[cutoff], *features)
-
-    def unit_key(self, seed: int, cutoff: int):
-        from driftmatrix.tracking import UnitKey
-
-        return UnitKey(self.dataset, self.spec.name, self.spec.family, self.labels[cutoff], cutoff, seed,
-                       self.config_key(seed, cutoff))
+    def make_plan(self) -> ModelPlan:
+        return model_plan(self.params, self.spec.name, self.manifest)
 
     def new_model(self, seed: int):
         import torch
@@ -163,75 +183,205 @@ class Experiment:
             model = model.to(memory_format=torch.channels_last)
         return model
 
-    def load_model(self, ckpt: Path):
-        import torch
+    def description(self) -> dict[str, Any]:
+        """How to rebuild this model's network (``model.json`` beside its weights)."""
+        return {"format": "driftmatrix-safetensors-1", "model": self.spec.name,
+                "num_outputs": self.meta.num_outputs, "info": self.info, "dropout": self.cfg.dropout,
+                "inputs": self.spec.inputs, "task": self.meta.task}
 
+    def load_unit(self, store: "CheckpointStore", key: str):
         model = self.new_model(0)
-        model.load_state_dict(torch.load(ckpt, map_location=self.device, weights_only=True))
+        model.load_state_dict(store.load_state(key, self.device))
         return model
 
-    def train_unit(self, seed: int, cutoff: int, on_epoch=None):
+    def train_rows(self, unit: Unit) -> np.ndarray:
+        return window_train_rows(self.slice_ids, self.split, unit.window)
+
+    def train_unit(self, unit: Unit, on_epoch=None):
+        """Fresh model of ``unit.seed`` trained on its window; returns (model, losses, rows)."""
         from driftmatrix.tasks import make_loss
 
-        rows = cutoff_train_rows(self.slice_ids, self.split, cutoff)
+        rows = self.train_rows(unit)
         loss_fn = make_loss(self.meta.task, self.targets_np[rows])
-        model = self.new_model(seed)
-        losses = fit(model, self.inputs, self.targets, rows, self.cfg, loss_fn, seed, self.device, on_epoch)
+        model = self.new_model(unit.seed)
+        losses = fit(model, self.inputs, self.targets, rows, self.cfg, loss_fn, unit.seed, self.device, on_epoch)
         return model, losses, len(rows)
+
+
+class CheckpointStore:
+    """``<root>/<model>/<unit key>/``: ``model.safetensors``, ``model.json`` and ``unit.json``.
+
+    ``unit.json`` (the sidecar record) is written last, by rename: its presence means the unit is
+    done. Folders of units outside the current plan stay on disk (they are reused if the
+    configuration comes back) and are counted as stale.
+    """
+
+    WEIGHTS, DESCRIPTION, RECORD = "model.safetensors", "model.json", "unit.json"
+
+    def __init__(self, root: str | Path, model: str):
+        self.dir = Path(root) / model
+
+    def folder(self, key: str) -> Path:
+        return self.dir / key
+
+    def done(self, key: str) -> bool:
+        return (self.folder(key) / self.RECORD).exists() and (self.folder(key) / self.WEIGHTS).exists()
+
+    def record(self, key: str) -> dict[str, Any]:
+        return json.loads((self.folder(key) / self.RECORD).read_text())
+
+    def keys(self) -> list[str]:
+        return sorted(p.parent.name for p in self.dir.glob(f"*/{self.RECORD}")) if self.dir.exists() else []
+
+    def write(self, key: str, state: Mapping[str, Any], description: Mapping[str, Any],
+              record: Mapping[str, Any]) -> Path:
+        from safetensors.torch import save_file
+
+        folder = self.folder(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / (self.WEIGHTS + ".tmp")
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp))
+        tmp.replace(folder / self.WEIGHTS)
+        _write_json(folder / self.DESCRIPTION, description)
+        _write_json(folder / self.RECORD, record)
+        return folder
+
+    def load_state(self, key: str, device="cpu") -> dict[str, Any]:
+        from safetensors.torch import load_file
+
+        return load_file(str(self.folder(key) / self.WEIGHTS), device=str(device))
+
+
+def _write_json(path: Path, obj: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj, indent=2))
+    tmp.replace(path)
+
+
+def load_model_folder(folder: str | Path, device: str = "cpu"):
+    """Rebuild a logged model from ``model.json`` and load ``model.safetensors`` (no pickle)."""
+    from safetensors.torch import load_file
+
+    from driftmatrix.models.registry import get
+
+    folder = Path(folder)
+    desc = json.loads((folder / CheckpointStore.DESCRIPTION).read_text())
+    kwargs = {"dropout": desc["dropout"]} if desc.get("dropout") is not None else {}
+    model = get(desc["model"]).build(desc["num_outputs"], desc.get("info") or {}, **kwargs)
+    model.load_state_dict(load_file(str(folder / CheckpointStore.WEIGHTS), device=device))
+    return model.to(device).eval()
+
+
+@dataclass(frozen=True)
+class ExperimentRecipe:
+    """A small, picklable description of an :class:`Experiment`: workers build it once each."""
+
+    params_json: str
+    model: str
+    slices_dir: str
+    features_dir: str
+
+    @classmethod
+    def of(cls, params: Params, model: str, slices_dir, features_dir) -> "ExperimentRecipe":
+        from dataclasses import asdict as as_dict
+
+        return cls(json.dumps(as_dict(params), sort_keys=True, default=list), model,
+                   str(slices_dir), str(features_dir))
+
+    def build(self) -> Experiment:
+        from driftmatrix.config import parse_params
+
+        return Experiment(parse_params(json.loads(self.params_json)), self.model, self.slices_dir,
+                          self.features_dir)
+
+
+def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
+    """Worker side of one unit: train it and return its weights and numbers (writes nothing)."""
+    started = time.time()
+    model, losses, n_rows = exp.train_unit(unit)
+    ended = time.time()
+    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    return {"state": state, "losses": losses, "train_rows": n_rows, "started": started, "ended": ended,
+            "seconds": round(ended - started, 3)}
+
+
+def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict:
+    """The sidecar of a finished unit: what MLflow's run is later made from."""
+    from dataclasses import asdict as as_dict
+
+    params = {**as_dict(exp.cfg), "model": unit.model, "family": unit.family, "inputs": exp.spec.inputs,
+              "encoder": exp.spec.encoder or "", "task": exp.meta.task, "split_seed": exp.manifest["split_seed"],
+              "test_fraction": exp.manifest["test_fraction"], "device": str(exp.device),
+              "window": exp.plan.window.name}
+    params.pop("seeds")
+    return {"unit": as_dict(unit), "window": exp.plan.window.name, "params": params, "data": dict(data),
+            "losses": result["losses"], "train_rows": result["train_rows"], "started": result["started"],
+            "ended": result["ended"], "seconds": result["seconds"]}
+
+
+def training_data(exp: Experiment, unit: Unit, dvc_hash: str) -> dict[str, Any]:
+    """The MLflow dataset input of a unit: its window's slices, by content hash."""
+    from driftmatrix.config import fingerprint
+
+    hashes = [exp.manifest["slices"][k]["hash"] for k in unit.window]
+    return {"name": f"{exp.dataset}[{exp.labels[unit.window[0]]}..{exp.labels[unit.window[-1]]}]",
+            "digest": fingerprint(*hashes), "source": {"path": exp.params.dataset.path, "data.dvc": dvc_hash,
+                                                       "slices": [exp.labels[k] for k in unit.window]}}
+
+
+def dvc_data_hash(path: str | Path = "data.dvc") -> str:
+    """The md5 that ``data.dvc`` records for the raw data ('' when the file is absent)."""
+    try:
+        import yaml
+
+        outs = yaml.safe_load(Path(path).read_text()).get("outs") or [{}]
+        return str(outs[0].get("md5", ""))
+    except (OSError, AttributeError, ValueError):
+        return ""
+
+
+def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], executor=None,
+                recipe: ExperimentRecipe | None = None) -> list[dict[str, Any]]:
+    """Train ``units`` through the executor and write each checkpoint as it arrives."""
+    from driftmatrix.executor import make_executor
+
+    executor = executor or make_executor(exp.params)
+    description, dvc_hash, done = exp.description(), dvc_data_hash(), []
+    for unit, result in executor.map(train_task, recipe, units, model=exp.spec.name, context=exp,
+                                     label=f"train {exp.spec.name}"):
+        record = unit_record(exp, unit, result, training_data(exp, unit, dvc_hash))
+        store.write(unit.key, result["state"], description, record)
+        done.append(record)
+        log.info("%s seed %d cutoff %s: %d rows, %d epochs, loss %.4f, %.1f s", unit.model, unit.seed, unit.cutoff,
+                 result["train_rows"], exp.cfg.epochs, result["losses"][-1] if result["losses"] else float("nan"),
+                 result["seconds"])
+    return done
 
 
 def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
         validation_dir: str | Path = "outputs/validation",
         features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
-    """Train every (seed, cutoff) unit of ``model`` not yet done; log each as one MLflow run."""
-    import mlflow
-    import torch
-
-    from driftmatrix import tracking
+    """Train every unit of ``model``'s plan that is not done; then sync MLflow with all of them."""
     from driftmatrix.audit.gate import overridden_checks
 
     exp = Experiment(params, model, slices_dir, features_dir)
-    exp_id = tracking.configure(params.tracking)
-    overrides = overridden_checks(validation_dir)
-    K, seeds = len(exp.labels), exp.cfg.seeds
-    done: list[dict[str, Any]] = []
-    total, step = K * len(seeds), 0
-    for seed in seeds:
-        for i in range(K):
-            step += 1
-            ckpt, sidecar = unit_paths(out_dir, model, seed, i)
-            key = exp.unit_key(seed, i)
-            prefix = f"[{step}/{total}] {model} seed {seed} cutoff {exp.labels[i]}"
-            finished = tracking.finished_run(exp_id, key)  # also clears half-finished leftovers
-            if finished and ckpt.exists() and sidecar.exists() \
-                    and json.loads(sidecar.read_text()).get("run_id") == finished:
-                log.info("%s: done already, skipped", prefix)
-                continue
-            if finished:  # its checkpoint is missing or stale: redo the unit under a new run
-                tracking.delete_unit_runs(exp_id, key)
-            started = time.perf_counter()
-            train_params = {**asdict(exp.cfg), "model": model, "family": exp.spec.family,
-                            "inputs": exp.spec.inputs, "encoder": exp.spec.encoder or "",
-                            "task": exp.meta.task, "split_seed": exp.manifest["split_seed"],
-                            "test_fraction": exp.manifest["test_fraction"], "device": str(exp.device)}
-            train_params.pop("seeds")
-            extra = {"data_version": exp.manifest["data_version"]}
-            if overrides:
-                extra["validation_override"] = "; ".join(overrides)
-            with tracking.start_unit_run(exp_id, key, train_params, extra):
-                model_obj, losses, n_rows = exp.train_unit(seed, i)
-                tracking.log_epoch_losses(losses)
-                mlflow.log_metrics({"train_rows": n_rows, "train_seconds": time.perf_counter() - started})
-                ckpt.parent.mkdir(parents=True, exist_ok=True)
-                torch.save(model_obj.state_dict(), ckpt)
-                if params.tracking.log_models:
-                    tracking.log_and_register_model(model_obj.cpu(), key, params.tracking.register)
-                run_id = mlflow.active_run().info.run_id
-            record = {"config_key": key.config_key, "run_id": run_id, "model": model, "seed": seed,
-                      "cutoff_index": i, "cutoff": exp.labels[i], "train_rows": n_rows, "losses": losses,
-                      "seconds": round(time.perf_counter() - started, 3)}
-            sidecar.write_text(json.dumps(record, indent=2))
-            done.append(record)
-            log.info("%s: %d rows, %d epochs, loss %.4f, %.1f s", prefix, n_rows, exp.cfg.epochs,
-                     losses[-1] if losses else float("nan"), record["seconds"])
+    store = CheckpointStore(out_dir, model)
+    todo = [u for u in exp.plan.units if not store.done(u.key)]
+    log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(exp.plan.units),
+             exp.plan.window.name, len(exp.plan.units) - len(todo), len(todo))
+    done = train_units(exp, store, todo, recipe=ExperimentRecipe.of(params, model, slices_dir, features_dir))
+    sync(params, exp, store, overridden_checks(validation_dir))
     return done
+
+
+def sync(params: Params, exp: Experiment, store: CheckpointStore, overrides: Sequence[str] = ()) -> dict[str, str]:
+    """MLflow runs, registry versions and aliases for every finished unit of the plan."""
+    from driftmatrix import tracking
+
+    finished = [u for u in exp.plan.units if store.done(u.key)]
+    extra = {"data_version": exp.manifest["data_version"]}
+    if overrides:
+        extra["validation_override"] = "; ".join(overrides)
+    return tracking.sync_units(params.tracking, exp.dataset, exp.spec.name,
+                               [store.record(u.key) for u in finished],
+                               {u.key: store.folder(u.key) for u in finished}, extra)

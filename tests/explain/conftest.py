@@ -7,7 +7,6 @@ folder and a temporary MLflow store.
 
 from __future__ import annotations
 
-import json
 from types import SimpleNamespace
 
 import pytest
@@ -31,9 +30,9 @@ def small_raw(tmp, **extra):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from driftmatrix import slicing, tracking
+    from driftmatrix import slicing
     from driftmatrix.data import ingest, synthetic
-    from driftmatrix.training import Experiment, unit_paths
+    from driftmatrix.training import CheckpointStore, Experiment, sync, train_units
 
     tmp = tmp_path_factory.mktemp("explain")
     torch.set_num_threads(2)
@@ -44,14 +43,9 @@ def trained(tmp_path_factory):
         synthetic.write_dataset(params.synthetic, tmp / "raw")
         ingest.run(params, tmp / "ingested")
         slicing.run(params, tmp / "ingested", tmp / "slices")
-        exp_id = tracking.configure(params.tracking)
-        for model in MODELS:
+        for model in MODELS:  # one unit per model, stored and tracked as the train stage does
             exp = Experiment(params, model, tmp / "slices")
-            key = exp.unit_key(0, CUTOFF)
-            with tracking.start_unit_run(exp_id, key, {"model": model}) as run:
-                net, _, _ = exp.train_unit(0, CUTOFF)
-            ckpt, sidecar = unit_paths(tmp / "checkpoints", model, 0, CUTOFF)
-            ckpt.parent.mkdir(parents=True, exist_ok=True)
-            torch.save(net.state_dict(), ckpt)
-            sidecar.write_text(json.dumps({"config_key": key.config_key, "run_id": run.info.run_id}))
+            store = CheckpointStore(tmp / "checkpoints", model)
+            train_units(exp, store, [exp.plan.unit(0, CUTOFF)])
+            sync(params, exp, store)
         yield SimpleNamespace(tmp=tmp, raw=raw, params=params, labels=exp.labels, cutoff=CUTOFF, models=MODELS)

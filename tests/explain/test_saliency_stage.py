@@ -71,9 +71,14 @@ def test_logged_to_the_checkpoint_run(result):
 
     tmp, labels, _, cutoff = result
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
-    run_id = json.loads((tmp / "checkpoints" / "CNN-S" / "seed0" / f"cutoff{cutoff:03d}.json").read_text())["run_id"]
-    run = client.get_run(run_id)
+    (run,) = client.search_experiments(filter_string="name = 'explain-test'") and client.search_runs(
+        [client.get_experiment_by_name("explain-test").experiment_id],
+        f"tags.model = 'CNN-S' and tags.cutoff = '{labels[cutoff]}'")
+    run_id = run.info.run_id
     assert f"saliency_top5_share_eval{labels[1]}" in run.data.metrics
+    # attached through the client: the run keeps its training end time, not the saliency time
+    record = json.loads(next((tmp / "checkpoints" / "CNN-S").glob("*/unit.json")).read_text())
+    assert run.info.end_time == int(record["ended"] * 1000)
     names = {a.path for a in client.list_artifacts(run_id, "saliency")}
     assert f"saliency/cutoff{labels[cutoff]}_eval{labels[1]}.npz" in names
 
@@ -113,7 +118,7 @@ def test_stage_runs_a_frozen_encoder_head_from_pixels(tmp_path):
     from driftmatrix.config import parse_params
     from driftmatrix.data import ingest, synthetic
     from driftmatrix.features import cache
-    from driftmatrix.training import Experiment, unit_paths
+    from driftmatrix.training import CheckpointStore, Experiment, train_units
 
     params = parse_params({
         "dataset": {"name": "frozen", "path": str(tmp_path / "raw")},
@@ -124,11 +129,7 @@ def test_stage_runs_a_frozen_encoder_head_from_pixels(tmp_path):
     slicing.run(params, tmp_path / "ingested", tmp_path / "slices")
     cache.run(params, tmp_path / "slices", tmp_path / "features")
     exp = Experiment(params, "EffNet-L0", tmp_path / "slices", tmp_path / "features")
-    head, _, _ = exp.train_unit(0, 1)
-    ckpt, sidecar = unit_paths(tmp_path / "checkpoints", "EffNet-L0", 0, 1)
-    ckpt.parent.mkdir(parents=True)
-    torch.save(head.state_dict(), ckpt)
-    sidecar.write_text(json.dumps({"config_key": exp.config_key(0, 1), "run_id": None}))
+    train_units(exp, CheckpointStore(tmp_path / "checkpoints", "EffNet-L0"), [exp.plan.unit(0, 1)])
 
     params = replace(params, extra={"saliency": {"pairs": [{"model": "EffNet-L0", "cutoff": exp.labels[1]}],
                                                  "eval_years": [exp.labels[2]], "n_images": 6}})

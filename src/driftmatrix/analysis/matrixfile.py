@@ -67,11 +67,17 @@ def from_dict(d: dict) -> DriftMatrices:
         extra={k: v for k, v in d.items() if k not in known})
 
 
+#: Provenance kept beside the published fields (written when the matrices stage sets them).
+PROVENANCE = ("window", "precision", "stale", "missing_cells", "n_eval")
+
+
 def to_dict(m: DriftMatrices) -> dict:
     return {"dataset": m.dataset, "title": m.model, "metric": m.metric, "unit": m.unit,
             "higherIsBetter": m.higher_is_better, "slices": list(m.slices),
             "values": _nested(m.mean), "family": m.family, "seeds": m.seeds,
-            "std": _nested(m.std), "seed_values": _nested(m.seed_values)}
+            "std": _nested(m.std), "seed_values": _nested(m.seed_values),
+            **{k: _nested(np.asarray(m.extra[k], dtype=float)) if k == "n_eval" else m.extra[k]
+               for k in PROVENANCE if k in m.extra}}
 
 
 def is_matrix_dict(d) -> bool:

@@ -7,7 +7,7 @@ Each image is a face-like oval on a background. Two cues carry the label (F = 0,
 - a **local cue**: a tiny 4x4 high-contrast texture at a random position inside the oval (a
   checkerboard for M, stripes for F). It is highly discriminative while present but, being small
   and placed anywhere, is easy for convolutions with pooling and hard for an MLP. Its contrast
-  ``cue(t)`` changes linearly from ``cue_start`` to ``cue_end`` over the years: in the
+  ``cue(t)`` changes linearly from ``cue_start`` to ``cue_end`` over ``span`` years: in the
   ``fading-cue`` scenario it fades out, the mechanism the paper gives for CNNs decaying fastest.
 
 Further knobs, set by the scenario: covariate drift (background colour, brightness and oval
@@ -104,6 +104,16 @@ def generate_year(knobs: DriftKnobs, year_frac: float, n: int, rng: np.random.Ge
     return (np.clip(img, 0, 1) * 255).round().astype(np.uint8), labels
 
 
+def drift_position(k: int, span: int) -> float:
+    """Where year ``first_year + k`` sits on the drift schedule, in [0, 1].
+
+    The schedule is set by absolute year (``span`` years from ``first_year``, then it stays at
+    its end), never by how many years are generated: appending a year leaves every earlier image
+    byte-identical, which is what lets a new period cost only its new units.
+    """
+    return min(k / max(span - 1, 1), 1.0)
+
+
 def generate(cfg: SyntheticConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """All images, labels and years of the configured dataset, in year order."""
     knobs = knobs_for(cfg.scenario)
@@ -111,7 +121,7 @@ def generate(cfg: SyntheticConfig) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     for k in range(cfg.years):
         year = cfg.first_year + k
         rng = np.random.default_rng([cfg.seed, year])
-        frac = k / max(cfg.years - 1, 1)
+        frac = drift_position(k, cfg.span)
         x, y = generate_year(knobs, frac, cfg.per_year, rng, cfg.size)
         images.append(x)
         labels.append(y)

@@ -123,28 +123,22 @@ def pixel_inputs(exp, slices_dir: str | Path):
     return load_inputs("pixels", slices_dir).to(exp.device)
 
 
-def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int) -> list[tuple[int, Path, str | None]]:
-    """(seed, checkpoint, run id) of every seed whose checkpoint matches the current config."""
-    from driftmatrix.training import unit_paths
+def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
+                   run_ids: Mapping[str, str] | None = None) -> list[tuple[int, str, str | None]]:
+    """(seed, unit key, run id) of every seed of the plan whose unit at ``cutoff`` is trained."""
+    from driftmatrix.training import CheckpointStore
 
-    found = []
-    for seed in exp.cfg.seeds:
-        ckpt, sidecar = unit_paths(checkpoints_dir, exp.spec.name, seed, cutoff)
-        if not (ckpt.exists() and sidecar.exists()):
-            continue
-        meta = json.loads(sidecar.read_text())
-        if meta.get("config_key") != exp.config_key(seed, cutoff):
-            log.warning("%s: trained with another configuration, skipped", sidecar)
-            continue
-        found.append((seed, ckpt, meta.get("run_id")))
+    store = CheckpointStore(checkpoints_dir, exp.spec.name)
+    found = [(s, exp.plan.unit(s, cutoff).key) for s in exp.plan.seeds]
+    found = [(s, k, (run_ids or {}).get(k)) for s, k in found if store.done(k)]
     if not found:
         raise FileNotFoundError(f"saliency: no finished checkpoint of {exp.spec.name} at cutoff "
                                 f"{exp.labels[cutoff]} in {checkpoints_dir} (run `driftmatrix train` first)")
     return found
 
 
-def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, Path, str | None]], rows: np.ndarray,
-              batch_size: int, block: int = 1) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
+def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None]], rows: np.ndarray,
+              batch_size: int, block: int = 1, checkpoints_dir: str | Path = "outputs/checkpoints") -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
     """Mean saliency map per seed (S, H, W), the mean image (H, W, 3) in [0, 1], and per seed the
     mean over images of the per-image concentration scores."""
     from driftmatrix.explain import concentration as conc
@@ -152,9 +146,12 @@ def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, Path, str | Non
 
     per_image = {"top5_share_img": lambda m: conc.top_share(conc.pool(m.cpu().numpy(), block)),
                  "entropy_img": lambda m: conc.normalised_entropy(conc.pool(m.cpu().numpy(), block))}
+    from driftmatrix.training import CheckpointStore
+
+    store = CheckpointStore(checkpoints_dir, exp.spec.name)
     maps, image, img_scores = [], None, []
-    for _, ckpt, _ in checkpoints:
-        module, prepare = forward(exp.load_model(ckpt))
+    for _, key, _ in checkpoints:
+        module, prepare = forward(exp.load_unit(store, key))
         module.eval()
         summary = mean_saliency(module, pixel_batches(pixels, rows, batch_size), prepare, per_image)
         maps.append(summary.mean_map.cpu().numpy())
@@ -241,17 +238,18 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     logged: list[tuple[str, str, str, Path]] = []  # (run id, cutoff, eval, npz)
     for model in models:
         exp = Experiment(params, model, slices_dir, features_dir)
+        run_ids = _live_runs(params, exp.dataset, model) if log_mlflow else {}
         pixels = pixel_inputs(exp, slices_dir)
         forward = forward_builder(exp)
         for cutoff in (c for m, c in cfg.pairs if m == model):
             i = slice_index(exp.labels, cutoff, "cutoff")
-            checkpoints = finished_seeds(exp, checkpoints_dir, i)
+            checkpoints = finished_seeds(exp, checkpoints_dir, i, run_ids)
             seeds = [s for s, _, _ in checkpoints]
             for eval_year in cfg.eval_years:
                 j = slice_index(exp.labels, eval_year, "eval year")
                 rows = select_rows(exp.slice_ids, exp.split, i, j, cfg.n_images)
                 maps, image, img_scores = cell_maps(exp, forward, pixels, checkpoints, rows, cfg.batch_size,
-                                                    cfg.block)
+                                                    cfg.block, checkpoints_dir)
                 npz = out / "arrays" / model / f"cutoff{cutoff}_eval{eval_year}.npz"
                 npz.parent.mkdir(parents=True, exist_ok=True)
                 np.savez_compressed(npz, maps=maps, mean=maps.mean(axis=0), seeds=np.array(seeds),
@@ -276,28 +274,35 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     return result
 
 
+def _live_runs(params: Params, dataset: str, model: str) -> dict[str, str]:
+    from driftmatrix import tracking
+
+    return tracking.live_runs(tracking.configure(params.tracking), dataset, model)
+
+
 def _log_runs(params: Params, logged, table, figures) -> None:
-    """Metrics and artifacts on the MLflow run of each checkpoint (id from its sidecar)."""
+    """Metrics and artifacts on the MLflow run of each checkpoint, through the client API: the
+    finished runs are not re-opened, so their recorded training times stay as they were."""
+    import time
+
     import mlflow
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
 
     from driftmatrix import tracking
 
     tracking.configure(params.tracking)
-    by_run: dict[str, list[tuple[str, str, Path]]] = {}
+    client, now = MlflowClient(), int(time.time() * 1000)
     for run_id, cutoff, eval_year, npz in logged:
-        by_run.setdefault(run_id, []).append((cutoff, eval_year, npz))
-    for run_id, items in by_run.items():
         try:
-            with mlflow.start_run(run_id=run_id):
-                seed = int(mlflow.active_run().data.tags.get("seed", -1))
-                model = mlflow.active_run().data.tags.get("model")
-                for cutoff, eval_year, npz in items:
-                    row = next((r for r in table if r["model"] == model and r["cutoff"] == cutoff
-                                and r["eval"] == eval_year and r["seed"] == seed), None)
-                    if row:
-                        mlflow.log_metrics({f"saliency_top5_share_eval{eval_year}": row["top5_share"],
-                                            f"saliency_entropy_eval{eval_year}": row["entropy"]})
-                    mlflow.log_artifact(str(npz), artifact_path="saliency")
-                    mlflow.log_artifact(str(figures[eval_year]), artifact_path="saliency")
+            tags = client.get_run(run_id).data.tags
+            row = next((r for r in table if r["model"] == tags.get("model") and r["cutoff"] == cutoff
+                        and r["eval"] == eval_year and str(r["seed"]) == tags.get("seed")), None)
+            if row:
+                client.log_batch(run_id, metrics=[
+                    Metric(f"saliency_top5_share_eval{eval_year}", float(row["top5_share"]), now, 0),
+                    Metric(f"saliency_entropy_eval{eval_year}", float(row["entropy"]), now, 0)])
+            client.log_artifact(run_id, str(npz), artifact_path="saliency")
+            client.log_artifact(run_id, str(figures[eval_year]), artifact_path="saliency")
         except mlflow.exceptions.MlflowException as exc:
             log.warning("saliency: could not log to MLflow run %s: %s", run_id, exc)

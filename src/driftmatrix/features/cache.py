@@ -80,6 +80,18 @@ def needed(model_names: Iterable[str], cfg: EmbedConfig) -> dict[str, bool]:
     return out
 
 
+def encoder_identity(inputs: str, spec_encoder: str | None, embed: Mapping[str, Any] | EmbedConfig | None) -> str:
+    """What a model's cached inputs are, apart from the data: encoder, weights and extent
+    ('' for pixel models). Part of every unit key (driftmatrix.units)."""
+    if inputs == "pixels":
+        return ""
+    cfg = embed_config(embed)
+    encoder = encoder_of(inputs, spec_encoder, cfg)
+    info = encoders.info_for(encoder)
+    extent = f"len{cfg.max_length}" if info.modality == "text" else f"{encoders.IMAGE_SIZE}px"
+    return fingerprint(FORMAT, encoder, cfg.sources.get(encoder) or info.source, extent)
+
+
 def cache_key(encoder: str, cfg: EmbedConfig, data_version: str) -> str:
     """Folder name of a cache; any change of weights, length, data or sharding gives a new one."""
     info = encoders.info_for(encoder)
