@@ -201,6 +201,24 @@ def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
 
 
 @app.command()
+def status(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
+           checkpoints: Path = typer.Option(Path("outputs/checkpoints")),
+           scores: Path = typer.Option(Path("outputs/scores"))) -> None:
+    """Per model, the K x S grid of done / stale / missing units, the cells still to score, and
+    what `dvc repro` would do about it (reads files only; nothing runs)."""
+    from driftmatrix import status as stage
+
+    statuses = stage.read_status(_params(params), slices, checkpoints, scores)
+    for s in statuses:
+        typer.echo(stage.render(s) + "\n")
+    typer.echo(f"legend: {stage.DONE} done, {stage.STALE} stale (trained under other settings or data: redone), "
+               f"{stage.MISSING} missing")
+    typer.echo("dvc repro would:\n" + "\n".join(f"  {line}" for line in stage.would_do(statuses)))
+    typer.echo("(from the current outputs/slices; if the raw data or slicing changed, the slice stage "
+               "runs first and the plan follows it)")
+
+
+@app.command()
 def saliency(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
              checkpoints: Path = typer.Option(Path("outputs/checkpoints")),
              out: Path = typer.Option(Path("outputs/saliency")),

@@ -32,10 +32,13 @@ log = logging.getLogger(__name__)
 #: MLflow 3 experiment kind that opens the UI on the runs table (not the GenAI overview).
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 _CONFIGURED: dict[tuple[str, str], str] = {}
+_SET_BY_US: set[str] = set()  # MLflow 3 exports the URI it is given to MLFLOW_TRACKING_URI
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or cfg.uri
+    """``MLFLOW_TRACKING_URI`` when the user set it, else ``tracking.uri``."""
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    return env if env and env not in _SET_BY_US else cfg.uri
 
 
 def configure(cfg: TrackingConfig) -> str:
@@ -43,13 +46,15 @@ def configure(cfg: TrackingConfig) -> str:
     import mlflow
 
     uri = tracking_uri(cfg)
+    if os.environ.get("MLFLOW_TRACKING_URI") != uri:
+        _SET_BY_US.add(uri)
     mlflow.set_tracking_uri(uri)
     if (uri, cfg.experiment) in _CONFIGURED:
         return _CONFIGURED[uri, cfg.experiment]
     exp = mlflow.get_experiment_by_name(cfg.experiment)
     if exp is None:
         location = None
-        if uri.startswith("sqlite:") and not os.environ.get("MLFLOW_TRACKING_URI"):
+        if uri.startswith("sqlite:") and uri == cfg.uri:
             location = Path(cfg.artifact_root).resolve().as_uri()
         elif uri.startswith("sqlite:///"):  # a temporary store: artifacts beside its database
             location = (Path(uri.removeprefix("sqlite:///")).resolve().parent / "mlruns").as_uri()

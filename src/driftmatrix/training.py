@@ -45,6 +45,11 @@ def effective_config(params: Params, model: str) -> TrainConfig:
     return cfg
 
 
+def cutoff_train_rows(slice_ids: np.ndarray, split: np.ndarray, cutoff: int) -> np.ndarray:
+    """Row indices of D_<=i (the cumulative window): the train splits of slices 0..cutoff."""
+    return window_train_rows(slice_ids, split, range(cutoff + 1))
+
+
 def window_train_rows(slice_ids: np.ndarray, split: np.ndarray, window: Sequence[int]) -> np.ndarray:
     """Row indices a unit trains on: the train splits of the slices in its window (cumulative:
     slices 0..i, the paper's D_<=i)."""

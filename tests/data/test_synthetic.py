@@ -24,11 +24,11 @@ def test_generation_is_deterministic_and_seeded():
 
 
 def test_fading_cue_fades_and_label_shift_moves_prevalence():
-    images, _, years = generate(SyntheticConfig(years=10, per_year=100))
+    images, _, years = generate(SyntheticConfig(years=10, per_year=100, span=10))
     assert cue_energy(images[years == 1950]) > 1.5 * cue_energy(images[years == 1959])
-    steady, _, y2 = generate(SyntheticConfig(scenario="none", years=10, per_year=100))
+    steady, _, y2 = generate(SyntheticConfig(scenario="none", years=10, per_year=100, span=10))
     assert abs(cue_energy(steady[y2 == 1950]) - cue_energy(steady[y2 == 1959])) < 0.2 * cue_energy(steady[y2 == 1950])
-    _, labels, y3 = generate(SyntheticConfig(scenario="label-shift", years=10, per_year=300))
+    _, labels, y3 = generate(SyntheticConfig(scenario="label-shift", years=10, per_year=300, span=10))
     assert labels[y3 == 1950].mean() < 0.35 < 0.65 < labels[y3 == 1959].mean()
     assert knobs_for("concept").flip_at == 0.5 and CUE == 4
 
@@ -62,3 +62,16 @@ def test_generate_never_writes_into_a_folder_of_real_data(tmp_path):
     result = CliRunner().invoke(app, ["data", "generate", "--params", str(params)])
     assert result.exit_code == 0 and "left as it is" in result.output
     assert [p.name for p in real.rglob("*") if p.is_file()] == ["1950_real.png"]
+
+
+def test_appending_a_year_keeps_every_earlier_image_byte_identical(tmp_path):
+    short, longer = SyntheticConfig(years=4, per_year=10), SyntheticConfig(years=5, per_year=10)
+    a, b = generate(short), generate(longer)
+    assert np.array_equal(a[0], b[0][:40]) and np.array_equal(a[1], b[1][:40])
+    write_dataset(short, tmp_path / "yb")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "yb").rglob("*.png")}
+    write_dataset(longer, tmp_path / "yb")
+    after = {p.name: p.read_bytes() for p in (tmp_path / "yb").rglob("*.png")}
+    assert len(after) == 50 and all(after[name] == data for name, data in before.items())
+    # the schedule is the absolute year's: the default drift runs over 20 years, then stays
+    assert cue_energy(generate(SyntheticConfig(years=25, per_year=100))[0][-100:]) < 0.7 * cue_energy(a[0][:10])

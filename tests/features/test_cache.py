@@ -28,7 +28,7 @@ def with_embed(params, **embed):
 def test_encoder_runs_once_per_document_across_models_cutoffs_and_seeds(review_slices, counting_encoder, tmp_path):
     params, slices = review_slices
     models = {"FFN-S": {}, "TX-S": {}, "TextCNN-S": {}, "BiGRU-S": {}}
-    params = replace(params, models=models)
+    params = replace(params, models=models, train=replace(params.train, seeds=(0, 1)))
     features = tmp_path / "features"
     cache.run(params, slices, features)
     cache.run(params, slices, features)  # a second embed run finds the cache complete
@@ -37,7 +37,7 @@ def test_encoder_runs_once_per_document_across_models_cutoffs_and_seeds(review_s
         exp = Experiment(params, model, slices, features)
         for seed in (0, 1):
             for cutoff in (0, len(exp.labels) - 1):
-                exp.train_unit(seed, cutoff)
+                exp.train_unit(exp.plan.unit(seed, cutoff))
     assert len(counting_encoder) == 1 and counting_encoder[0].docs == n_rows(slices)
 
 

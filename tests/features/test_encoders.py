@@ -95,5 +95,5 @@ def test_image_heads_train_on_cached_pooled_features(tmp_path, tiny_params):
     assert Path(made["path"]).name.startswith("EffNet-L0-224px-")
     exp = Experiment(params, "EffNet-L0", tmp_path / "slices", tmp_path / "features")
     assert exp.cfg.lr == 1e-4 and exp.info["dim"] == 1280 and exp.spec.family == "Transfer"
-    model, losses, n = exp.train_unit(0, 1)
+    model, losses, n = exp.train_unit(exp.plan.unit(0, 1))
     assert sum(p.numel() for p in model.parameters()) == 1280 * 2 + 2 and np.isfinite(losses).all()

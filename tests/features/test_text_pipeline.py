@@ -24,7 +24,7 @@ def test_loss_weights_come_from_the_cutoffs_training_rows_only(review_slices, co
     real = tasks.make_loss
     monkeypatch.setattr(tasks, "make_loss", lambda task, targets: seen.append(targets) or real(task, targets))
     for cutoff in range(len(exp.labels)):
-        exp.train_unit(0, cutoff)
+        exp.train_unit(exp.plan.unit(0, cutoff))
     for cutoff, targets in enumerate(seen):
         rows = cutoff_train_rows(exp.slice_ids, exp.split, cutoff)
         np.testing.assert_array_equal(targets, exp.targets_np[rows])
@@ -51,7 +51,8 @@ def test_text_pipeline_end_to_end_on_generated_reviews(tmp_path, monkeypatch):
                   "--features", str(out / "features")],
                  ["evaluate", "-m", "FFN-S", *common, "--slices", str(out / "slices"), "--checkpoints",
                   str(out / "ckpt"), "--out", str(out / "scores"), "--features", str(out / "features")],
-                 ["matrices", *common, "--scores", str(out / "scores"), "--out", str(out / "matrices")]):
+                 ["matrices", *common, "--slices", str(out / "slices"), "--scores", str(out / "scores"),
+                  "--out", str(out / "matrices")]):
         result = run(app, args, catch_exceptions=False)
         assert result.exit_code == 0, (args, result.output)
     (feature_dir,) = (p for p in (out / "features").iterdir() if p.is_dir())
