@@ -123,3 +123,13 @@ def test_text_presets_slice_the_protocol_periods(preset, k, first, last, cutoffs
     assert manifest["slices"][0]["n"] == 1 and manifest["dropped"] == []
     assert picked(labels) == cutoffs
 
+
+
+def test_every_preset_names_registered_models_and_the_prior_baseline():
+    from driftmatrix.models.registry import REGISTRY
+
+    for path in sorted(PRESETS.glob("*.yaml")):
+        models = load_params(path).models
+        assert "Prior" in models, path.name
+        unknown = sorted(set(models) - set(REGISTRY))
+        assert not unknown, (path.name, unknown)

@@ -60,9 +60,7 @@ def make_loss(task: str, train_targets: np.ndarray) -> Callable[["torch.Tensor",
     if task in ("binary", "multiclass"):
         return lambda out, y: F.cross_entropy(out, y)
     if task == "multilabel":
-        pos = train_targets.sum(axis=0)
-        neg = len(train_targets) - pos
-        pos_weight = torch.as_tensor(np.where(pos > 0, neg / np.maximum(pos, 1), 1.0), dtype=torch.float32)
+        pos_weight = torch.as_tensor(pos_weights(train_targets), dtype=torch.float32)
         return lambda out, y: F.binary_cross_entropy_with_logits(out, y, pos_weight=pos_weight.to(out.device))
     if task == "regression":
         levels, weights = level_weights(train_targets)
@@ -77,6 +75,13 @@ def make_loss(task: str, train_targets: np.ndarray) -> Callable[["torch.Tensor",
 
         return weighted_mse
     raise ValueError(f"unknown task {task!r}")
+
+
+def pos_weights(train_targets: np.ndarray) -> np.ndarray:
+    """``negatives_c / positives_c`` per category (1 where a category has no positives yet)."""
+    pos = np.asarray(train_targets, dtype=np.float64).sum(axis=0)
+    neg = len(train_targets) - pos
+    return np.where(pos > 0, neg / np.maximum(pos, 1), 1.0)
 
 
 def level_weights(train_targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
