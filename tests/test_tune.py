@@ -148,12 +148,18 @@ def test_study_resumes_after_a_kill_and_writes_the_preset(slices, monkeypatch):
     assert all(r.data.tags["tuning_cutoff"] == "1954" and r.data.params["val_slices"] == "1953,1954" for r in runs)
     assert all("val_score" in r.data.metrics for r in runs)
 
-    preset = yaml.safe_load((tmp / "presets" / "fading-MLP-S.yaml").read_text())
-    assert set(preset) == {"models"}
+    text = (tmp / "presets" / "fading-MLP-S.yaml").read_text()
+    preset = yaml.safe_load(text)
+    assert set(preset) == {"models", "tuned"}
+    assert preset["tuned"] == {"MLP-S": {"cutoff": "1954", "study": "fading-MLP-S"}}
+    header = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("#"))
+    assert "Caveat: MLP-S: hyperparameters tuned at cutoff 1954" in header
+    assert "before 1954 (4 cutoffs, 1950..1953)" in header  # the rows that use later data's settings
     assert set(preset["models"]["MLP-S"]) == {"lr", "epochs", "batch_size", "weight_decay"}
     assert preset["models"]["MLP-S"] == study.best_params
-    merged = parse_params({"models": preset["models"]})  # the block is a valid models: entry
+    merged = parse_params({"models": preset["models"], "tuned": preset["tuned"]})  # valid params entries
     assert merged.train_for("MLP-S").lr == pytest.approx(study.best_params["lr"])
+    assert tune.tuned_caveats(merged) == {"MLP-S": tune.caveat("MLP-S", "1954")}
 
     # Nothing to do when the study is complete.
     assert tune.run(params, "MLP-S", tmp / "slices", n_trials=4, **kw)["ran"] == 0
@@ -198,3 +204,19 @@ def test_tune_config_errors_name_the_key(slices):
         with pytest.raises(ConfigError, match=match):
             tune.tune_config(replace(params, extra={"tune": bad}))
     assert tune.tune_config(params).cutoff == "1954"  # YAML ints become slice labels
+
+
+def test_caveat_names_the_cutoffs_that_use_settings_chosen_on_later_data():
+    from driftmatrix import tune
+
+    labels = ["2000", "2001", "2002", "2003"]
+    text = tune.caveat("FFN-S", "2002", labels)
+    assert text.startswith("FFN-S: hyperparameters tuned at cutoff 2002, on data through 2002 only")
+    assert "including those before 2002 (2 cutoffs, 2000..2001)" in text and "from 2002 on are strictly out of time" in text
+    assert "(none in this study)" in tune.caveat("FFN-S", "2000", labels)
+    params = parse_params({"models": {"FFN-S": {}, "Prior": {}},
+                           "tuned": {"FFN-S": {"cutoff": 2002}, "TX-S": {"cutoff": "2001"}}})
+    assert tune.tuned_caveats(params, labels) == {"FFN-S": text}  # TX-S is not configured
+    assert tune.tuned_caveats(parse_params({"models": {"FFN-S": {}}})) == {}
+    with pytest.raises(ConfigError, match="tuned.FFN-S needs the tuning cutoff"):
+        tune.tuned_caveats(parse_params({"models": {"FFN-S": {}}, "tuned": {"FFN-S": {"study": "x"}}}))
