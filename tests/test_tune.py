@@ -83,6 +83,33 @@ def test_inner_split_is_inside_the_cutoffs_training_data(slices):
         tune.inner_split(exp.slice_ids, exp.split, 1, 2)
 
 
+def test_objective_starts_the_model_at_the_inner_train_prior(slices):
+    from driftmatrix import tune
+    from driftmatrix.tasks import cell_score
+
+    tmp, params = slices
+    exp = Experiment(params, "MLP-S", tmp / "slices")
+    data = tune.restrict(exp, CUTOFF, V)
+    with torch.no_grad():  # no signal from the inputs: the output is the bias alone
+        models = []
+
+        def silent(seed):
+            models.append(exp.new_model(seed))
+            for m in models[-1].modules():
+                if isinstance(m, torch.nn.Linear):
+                    m.weight.zero_()
+            return models[-1]
+
+        value = tune.objective(data, replace(exp.cfg, epochs=0), silent, 0, exp.device)
+    majority = np.bincount(data.targets_np[data.train_pos]).argmax()
+    val_y, val_s = data.targets_np[data.val_pos], data.slice_ids[data.val_pos]
+    expected = np.mean([cell_score("binary", np.eye(2)[np.full((val_s == k).sum(), majority)], val_y[val_s == k])[0]
+                        for k in np.unique(val_s)])
+    assert value == pytest.approx(expected)
+    shares = np.bincount(data.targets_np[data.train_pos], minlength=2) / len(data.train_pos)
+    np.testing.assert_allclose(models[0].net[-1].bias.detach().numpy(), np.log(shares), rtol=1e-6)
+
+
 def test_objective_never_reads_a_row_after_the_cutoff(slices):
     from driftmatrix import tune
 

@@ -157,12 +157,16 @@ def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any
               report: Callable[[int, float], None] | None = None) -> float:
     """Train on the inner train rows with ``cfg``; validation score after the last epoch.
 
-    ``report(epoch, score)`` is called after every epoch (it may raise to prune the trial).
+    The model starts at the inner train rows' output prior (``models.heads.init_output_bias``), as
+    the study's models start at their cutoff's prior. ``report(epoch, score)`` is called after
+    every epoch (it may raise to prune the trial).
     """
+    from driftmatrix.models.heads import init_output_bias
     from driftmatrix.tasks import make_loss
     from driftmatrix.training import fit
 
     model = new_model(seed)
+    init_output_bias(model, data.task, data.targets_np[data.train_pos])
     loss_fn = make_loss(data.task, data.targets_np[data.train_pos])
     scores: list[float] = []
 
