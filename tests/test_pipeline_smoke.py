@@ -23,6 +23,23 @@ def finished(tmp_path_factory, tiny_params):
     return params, paths
 
 
+def test_run_all_runs_the_validation_gate_like_dvc_repro(finished):
+    _, paths = finished
+    summary = json.loads((paths.validation / "summary.json").read_text())
+    assert summary["passed"] is True and (paths.validation / "results.json").exists()
+
+
+def test_a_failing_gate_stops_run_all_before_any_training(tmp_path, tiny_params):
+    from driftmatrix.audit.gate import ValidationFailed
+
+    params = tiny_params(tmp_path, validation={"min_rows": 1000})
+    paths = Paths(tmp_path / "out")
+    with pytest.raises(ValidationFailed, match="min_rows"):
+        run_all(params, paths, generate=True)
+    assert json.loads((paths.validation / "summary.json").read_text())["passed"] is False
+    assert not paths.checkpoints.exists() and not paths.matrices.exists()
+
+
 def cutoff_runs(params, status="FINISHED"):
     exp_id = configure(params.tracking)
     runs = MlflowClient().search_runs([exp_id], filter_string="tags.kind = 'cutoff'", max_results=1000)

@@ -79,14 +79,36 @@ def test_cell_score_units_and_directions():
     assert cell_score("binary", np.array([[0.1, 0.9], [0.8, 0.2]]), np.array([1, 1]))[0] == pytest.approx(50.0)
 
 
-def test_weighted_mse_uses_inverse_level_frequency_of_the_given_targets():
+def test_weighted_mse_is_eq4_mean_over_the_batch_of_inverse_frequency_weighted_errors():
     train = np.array([5, 5, 5, 5, 5, 5, 4, 4, 1], np.float32)
     loss = make_loss("regression", train)
     y = torch.tensor([5.0, 4.0, 1.0, 3.0])
     out = torch.tensor([[4.0], [3.0], [3.0], [3.0]])
     w = torch.tensor([9 / 6, 9 / 2, 9 / 1, 0.0])  # level 3 unseen in training: no weight
-    expected = (w * (out.squeeze(1) - y) ** 2).sum() / w.sum()
+    expected = (w * (out.squeeze(1) - y) ** 2).sum() / len(y)  # (1/n) sum w_i (y_i - yhat_i)^2
     assert loss(out, y).item() == pytest.approx(expected.item())
+
+
+def test_weighted_mse_scale_follows_the_weights_not_the_batch_mix():
+    # Balanced training data over 5 levels: every w_r = n / n_r = 5, so Eq. 4 is 5x the plain MSE
+    # (a loss normalised by the batch's sum of weights would give the plain MSE instead).
+    train = np.repeat(np.arange(1, 6, dtype=np.float32), 4)
+    y = torch.tensor([1.0, 5.0, 5.0, 5.0])
+    out = torch.tensor([[2.0], [4.0], [4.0], [4.0]])
+    assert make_loss("regression", train)(out, y).item() == pytest.approx(5.0 * 1.0)
+    # a rare level in a batch of common ones keeps its full weight
+    skewed = np.array([5] * 8 + [1] * 2, np.float32)  # w_5 = 10 / 8, w_1 = 10 / 2
+    value = make_loss("regression", skewed)(out, y).item()
+    assert value == pytest.approx((5.0 * 1 + 3 * 1.25 * 1) / 4)
+
+
+def test_weighted_mse_levels_are_looked_up_by_value():
+    train = np.array([-2, -2, 0, 1e6], np.float32)  # negative and huge ratings: no table by rating
+    loss = make_loss("regression", train)
+    y = torch.tensor([-2.0, 0.0, 1e6, 7.0])
+    out = torch.tensor([[-1.0], [1.0], [1e6 + 2], [0.0]])
+    expected = (2.0 * 1 + 4.0 * 1 + 4.0 * 4 + 0.0 * 49) / 4  # w_-2 = 2, w_0 = 4, w_1e6 = 4, 7 unseen
+    assert loss(out, y).item() == pytest.approx(expected)
 
 
 def test_bce_pos_weight_is_negatives_over_positives_of_the_given_targets():

@@ -83,6 +83,33 @@ def test_inner_split_is_inside_the_cutoffs_training_data(slices):
         tune.inner_split(exp.slice_ids, exp.split, 1, 2)
 
 
+def test_objective_starts_the_model_at_the_inner_train_prior(slices):
+    from driftmatrix import tune
+    from driftmatrix.tasks import cell_score
+
+    tmp, params = slices
+    exp = Experiment(params, "MLP-S", tmp / "slices")
+    data = tune.restrict(exp, CUTOFF, V)
+    with torch.no_grad():  # no signal from the inputs: the output is the bias alone
+        models = []
+
+        def silent(seed):
+            models.append(exp.new_model(seed))
+            for m in models[-1].modules():
+                if isinstance(m, torch.nn.Linear):
+                    m.weight.zero_()
+            return models[-1]
+
+        value = tune.objective(data, replace(exp.cfg, epochs=0), silent, 0, exp.device)
+    majority = np.bincount(data.targets_np[data.train_pos]).argmax()
+    val_y, val_s = data.targets_np[data.val_pos], data.slice_ids[data.val_pos]
+    expected = np.mean([cell_score("binary", np.eye(2)[np.full((val_s == k).sum(), majority)], val_y[val_s == k])[0]
+                        for k in np.unique(val_s)])
+    assert value == pytest.approx(expected)
+    shares = np.bincount(data.targets_np[data.train_pos], minlength=2) / len(data.train_pos)
+    np.testing.assert_allclose(models[0].net[-1].bias.detach().numpy(), np.log(shares), rtol=1e-6)
+
+
 def test_objective_never_reads_a_row_after_the_cutoff(slices):
     from driftmatrix import tune
 
@@ -148,12 +175,18 @@ def test_study_resumes_after_a_kill_and_writes_the_preset(slices, monkeypatch):
     assert all(r.data.tags["tuning_cutoff"] == "1954" and r.data.params["val_slices"] == "1953,1954" for r in runs)
     assert all("val_score" in r.data.metrics for r in runs)
 
-    preset = yaml.safe_load((tmp / "presets" / "fading-MLP-S.yaml").read_text())
-    assert set(preset) == {"models"}
+    text = (tmp / "presets" / "fading-MLP-S.yaml").read_text()
+    preset = yaml.safe_load(text)
+    assert set(preset) == {"models", "tuned"}
+    assert preset["tuned"] == {"MLP-S": {"cutoff": "1954", "study": "fading-MLP-S"}}
+    header = " ".join(line.removeprefix("# ") for line in text.splitlines() if line.startswith("#"))
+    assert "Caveat: MLP-S: hyperparameters tuned at cutoff 1954" in header
+    assert "before 1954 (4 cutoffs, 1950..1953)" in header  # the rows that use later data's settings
     assert set(preset["models"]["MLP-S"]) == {"lr", "epochs", "batch_size", "weight_decay"}
     assert preset["models"]["MLP-S"] == study.best_params
-    merged = parse_params({"models": preset["models"]})  # the block is a valid models: entry
+    merged = parse_params({"models": preset["models"], "tuned": preset["tuned"]})  # valid params entries
     assert merged.train_for("MLP-S").lr == pytest.approx(study.best_params["lr"])
+    assert tune.tuned_caveats(merged) == {"MLP-S": tune.caveat("MLP-S", "1954")}
 
     # Nothing to do when the study is complete.
     assert tune.run(params, "MLP-S", tmp / "slices", n_trials=4, **kw)["ran"] == 0
@@ -198,3 +231,19 @@ def test_tune_config_errors_name_the_key(slices):
         with pytest.raises(ConfigError, match=match):
             tune.tune_config(replace(params, extra={"tune": bad}))
     assert tune.tune_config(params).cutoff == "1954"  # YAML ints become slice labels
+
+
+def test_caveat_names_the_cutoffs_that_use_settings_chosen_on_later_data():
+    from driftmatrix import tune
+
+    labels = ["2000", "2001", "2002", "2003"]
+    text = tune.caveat("FFN-S", "2002", labels)
+    assert text.startswith("FFN-S: hyperparameters tuned at cutoff 2002, on data through 2002 only")
+    assert "including those before 2002 (2 cutoffs, 2000..2001)" in text and "from 2002 on are strictly out of time" in text
+    assert "(none in this study)" in tune.caveat("FFN-S", "2000", labels)
+    params = parse_params({"models": {"FFN-S": {}, "Prior": {}},
+                           "tuned": {"FFN-S": {"cutoff": 2002}, "TX-S": {"cutoff": "2001"}}})
+    assert tune.tuned_caveats(params, labels) == {"FFN-S": text}  # TX-S is not configured
+    assert tune.tuned_caveats(parse_params({"models": {"FFN-S": {}}})) == {}
+    with pytest.raises(ConfigError, match="tuned.FFN-S needs the tuning cutoff"):
+        tune.tuned_caveats(parse_params({"models": {"FFN-S": {}}, "tuned": {"FFN-S": {"study": "x"}}}))

@@ -6,10 +6,13 @@ stages whose inputs did not change.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
 from driftmatrix.config import Params
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,10 @@ class Paths:
     @property
     def slices(self) -> Path:
         return self.root / "slices"
+
+    @property
+    def validation(self) -> Path:
+        return self.root / "validation"
 
     @property
     def features(self) -> Path:
@@ -60,13 +67,18 @@ def train_and_evaluate(params: Params, paths: Paths, models: list[str] | None = 
     models = models or list(params.models)
     cache.run(params, paths.slices, paths.features, models)
     for model in models:
-        training.run(params, model, paths.slices, paths.checkpoints, features_dir=paths.features)
+        training.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
+                     features_dir=paths.features)
         evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores, features_dir=paths.features)
 
 
 def run_all(params: Params, paths: Paths = Paths(), generate: bool = False) -> None:
+    """Every stage in order; the validation gate (as ``dvc repro``'s validate stage) runs before any
+    training and raises ``audit.gate.ValidationFailed`` when a critical check fails."""
     from driftmatrix import matrices
+    from driftmatrix.audit import gate
 
     prepare(params, paths, generate)
+    gate.run(params, paths.slices, paths.validation, echo=lambda text: log.info("%s", text))
     train_and_evaluate(params, paths)
     matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)

@@ -50,7 +50,9 @@ def make_loss(task: str, train_targets: np.ndarray) -> Callable[["torch.Tensor",
     - binary / multiclass: cross-entropy on the logits;
     - multilabel: BCE with logits, ``pos_weight_c = negatives_c / positives_c`` (1 where a
       category has no positives yet, so it neither explodes nor vanishes);
-    - regression: weighted MSE with ``w_r = n / n_r`` for each rating level ``r`` present.
+    - regression: weighted MSE of the paper's Eq. 4, ``(1/n) sum_i w_{y_i} (y_i - yhat_i)^2`` over
+      the batch's n rows, with ``w_r = n_train / n_r`` (Eq. 5) for each rating level ``r`` of this
+      cutoff's training targets; a level the training data lacks gets weight 0.
     """
     import torch
     import torch.nn.functional as F
@@ -58,23 +60,39 @@ def make_loss(task: str, train_targets: np.ndarray) -> Callable[["torch.Tensor",
     if task in ("binary", "multiclass"):
         return lambda out, y: F.cross_entropy(out, y)
     if task == "multilabel":
-        pos = train_targets.sum(axis=0)
-        neg = len(train_targets) - pos
-        pos_weight = torch.as_tensor(np.where(pos > 0, neg / np.maximum(pos, 1), 1.0), dtype=torch.float32)
+        pos_weight = torch.as_tensor(pos_weights(train_targets), dtype=torch.float32)
         return lambda out, y: F.binary_cross_entropy_with_logits(out, y, pos_weight=pos_weight.to(out.device))
     if task == "regression":
-        levels, counts = np.unique(np.round(train_targets).astype(np.int64), return_counts=True)
-        table = np.zeros(int(levels.max()) + 2, dtype=np.float32)
-        table[levels] = len(train_targets) / counts
-        weights = torch.as_tensor(table)
+        levels, weights = level_weights(train_targets)
+        levels_t, weights_t = torch.as_tensor(levels), torch.as_tensor(weights)
 
         def weighted_mse(out: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
-            idx = y.round().long().clamp(0, len(weights) - 1)
-            w = weights.to(out.device)[idx]
-            return (w * (out.reshape(-1) - y) ** 2).sum() / w.sum()
+            lv, wt = levels_t.to(y.device), weights_t.to(out.device)
+            r = y.round().long()
+            pos = torch.searchsorted(lv, r).clamp(max=len(lv) - 1)
+            w = torch.where(lv[pos] == r, wt[pos], torch.zeros((), dtype=wt.dtype, device=wt.device))
+            return (w * (out.reshape(-1) - y) ** 2).mean()
 
         return weighted_mse
     raise ValueError(f"unknown task {task!r}")
+
+
+def pos_weights(train_targets: np.ndarray) -> np.ndarray:
+    """``negatives_c / positives_c`` per category (1 where a category has no positives yet)."""
+    pos = np.asarray(train_targets, dtype=np.float64).sum(axis=0)
+    neg = len(train_targets) - pos
+    return np.where(pos > 0, neg / np.maximum(pos, 1), 1.0)
+
+
+def level_weights(train_targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(sorted rating levels, ``w_r = n / n_r``) of one cutoff's training targets (paper Eq. 5).
+
+    Levels are the rounded targets, looked up by value: negative or very large ratings need no
+    table indexed by rating.
+    """
+    levels, counts = np.unique(np.round(np.asarray(train_targets, dtype=np.float64)).astype(np.int64),
+                               return_counts=True)
+    return levels, (len(train_targets) / counts).astype(np.float32)
 
 
 def metric_for(task: str) -> MetricInfo:

@@ -16,7 +16,14 @@ like the future mean of a drift-matrix row; it is reported after every epoch for
 A study per (dataset, model) lives in sqlite storage; re-running the command resumes it up to
 ``tune.n_trials`` finished trials (trials a killed process left RUNNING are marked FAIL first).
 Every trial is an MLflow run tagged ``kind=tuning``. The best parameters are written as a preset
-(``presets/tuned/<dataset>-<model>.yaml``) holding a ``models: {<model>: {...}}`` block.
+(``presets/tuned/<dataset>-<model>.yaml``) holding a ``models: {<model>: {...}}`` block and a
+``tuned: {<model>: {cutoff, study}}`` block that records where they were chosen.
+
+Methodological caveat (:func:`caveat`): the tuned settings are applied to *every* cutoff of the
+study, including those before the tuning cutoff, which then train with settings chosen on data
+from after their own cutoff. This is a deliberate choice (one configuration per model keeps the
+matrix rows comparable); it is written into the preset header, and :func:`tuned_caveats` gives the
+report its text for every tuned model.
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -150,12 +157,16 @@ def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any
               report: Callable[[int, float], None] | None = None) -> float:
     """Train on the inner train rows with ``cfg``; validation score after the last epoch.
 
-    ``report(epoch, score)`` is called after every epoch (it may raise to prune the trial).
+    The model starts at the inner train rows' output prior (``models.heads.init_output_bias``), as
+    the study's models start at their cutoff's prior. ``report(epoch, score)`` is called after
+    every epoch (it may raise to prune the trial).
     """
+    from driftmatrix.models.heads import init_output_bias
     from driftmatrix.tasks import make_loss
     from driftmatrix.training import fit
 
     model = new_model(seed)
+    init_output_bias(model, data.task, data.targets_np[data.train_pos])
     loss_fn = make_loss(data.task, data.targets_np[data.train_pos])
     scores: list[float] = []
 
@@ -312,11 +323,43 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
         best = study.best_trial
         preset = write_preset(Path(presets_dir or cfg.presets_dir), exp.dataset, model, best.params,
                               header=_preset_header(name, url, best, len(completed), exp.metric.name, cfg,
-                                                    train_slices, val_slices))
+                                                    train_slices, val_slices, model, exp.labels),
+                              tuned={"cutoff": cfg.cutoff, "study": name})
         result.update(best_value=best.value, best_params=best.params, best_trial=best.number, preset=str(preset))
     log.info("tune %s: %d finished trials (%d run now, %.1f s)%s", name, result["finished"], remaining, seconds,
              f", best {result['best_value']:.4f} (trial {result['best_trial']})" if completed else "")
     return result
+
+
+def caveat(model: str, cutoff: str, labels: Sequence[str] | None = None) -> str:
+    """The caveat of applying settings tuned at ``cutoff`` to every cutoff (one paragraph).
+
+    With the study's slice ``labels`` it names the cutoffs before ``cutoff`` that are affected.
+    """
+    cutoff = str(cutoff)
+    before = ""
+    if labels is not None and cutoff in [str(x) for x in labels]:
+        k = [str(x) for x in labels].index(cutoff)
+        before = f" ({k} cutoffs, {labels[0]}..{labels[k - 1]})" if k else " (none in this study)"
+    return (f"{model}: hyperparameters tuned at cutoff {cutoff}, on data through {cutoff} only, are applied to "
+            f"every cutoff, including those before {cutoff}{before}. Those rows train with settings chosen on "
+            f"data from after their own cutoff, a look-ahead that can flatter them; rows from {cutoff} on are "
+            f"strictly out of time.")
+
+
+def tuned_caveats(params: Params, labels: Sequence[str] | None = None) -> dict[str, str]:
+    """``{model: caveat}`` for every configured model that ``params.yaml: tuned`` marks as tuned."""
+    tuned = params.extra.get("tuned") or {}
+    if not isinstance(tuned, Mapping):
+        raise ConfigError("params.yaml: tuned must map model names to {cutoff: <label>, ...}")
+    out = {}
+    for model, info in tuned.items():
+        if model not in params.models:
+            continue
+        if not isinstance(info, Mapping) or "cutoff" not in info:
+            raise ConfigError(f"params.yaml: tuned.{model} needs the tuning cutoff: {{cutoff: <label>}}")
+        out[model] = caveat(model, str(info["cutoff"]), labels)
+    return out
 
 
 def _asdict(cfg: TrainConfig) -> dict[str, Any]:
@@ -364,17 +407,23 @@ def _tracked(exp_id: str, run_name: str, tags: Mapping[str, str], logged: Mappin
     return value
 
 
-def _preset_header(name, url, best, n_complete, metric_name, cfg: TuneConfig, train_slices, val_slices) -> str:
+def _preset_header(name, url, best, n_complete, metric_name, cfg: TuneConfig, train_slices, val_slices,
+                   model: str, labels: Sequence[str] | None = None) -> str:
+    import textwrap
+
     return (f"Tuned by `driftmatrix tune`: study {name} ({url}), best of {n_complete} complete trials:\n"
             f"trial {best.number}, validation {metric_name} {best.value:.4f}.\n"
             f"Tuning cutoff {cfg.cutoff}: inner train = train splits of {train_slices[0]}..{train_slices[1]}, "
             f"validation = train splits of {', '.join(val_slices)}.\n"
-            f"Apply: copy the block under `models:` into params.yaml (replaces that model's entry).")
+            f"Apply: copy the entries under `models:` and `tuned:` into params.yaml (each replaces that model's\n"
+            f"entry; `tuned` lets the report state the caveat below).\n"
+            + "\n".join(textwrap.wrap("Caveat: " + caveat(model, cfg.cutoff, labels), 96)))
 
 
 def write_preset(presets_dir: Path, dataset: str, model: str, best_params: Mapping[str, Any],
-                 header: str = "") -> Path:
-    """``<presets_dir>/<dataset>-<model>.yaml``: a ``models: {<model>: {...}}`` override block."""
+                 header: str = "", tuned: Mapping[str, Any] | None = None) -> Path:
+    """``<presets_dir>/<dataset>-<model>.yaml``: a ``models: {<model>: {...}}`` override block, and
+    with ``tuned`` a ``tuned: {<model>: {cutoff, study}}`` block saying where it was chosen."""
     import yaml
 
     values = {k: (float(v) if isinstance(v, float) else v) for k, v in best_params.items()}
@@ -382,5 +431,8 @@ def write_preset(presets_dir: Path, dataset: str, model: str, best_params: Mappi
     presets_dir.mkdir(parents=True, exist_ok=True)
     path = presets_dir / f"{dataset}-{model}.yaml"
     comment = "".join(f"# {line}\n" for line in header.splitlines())
-    path.write_text(comment + yaml.safe_dump({"models": {model: values}}, sort_keys=True))
+    doc: dict[str, Any] = {"models": {model: values}}
+    if tuned is not None:
+        doc["tuned"] = {model: {k: str(v) for k, v in tuned.items()}}
+    path.write_text(comment + yaml.safe_dump(doc, sort_keys=True))
     return path

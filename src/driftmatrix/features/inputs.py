@@ -46,6 +46,22 @@ class PixelInputs:
         return (x.contiguous(memory_format=torch.channels_last),)
 
 
+class RowCountInputs:
+    """Inputs of a model that reads none (the ``Prior`` baseline): a batch is its row indices."""
+
+    def __init__(self, n_rows: int):
+        self.n_rows = int(n_rows)
+
+    def __len__(self) -> int:
+        return self.n_rows
+
+    def to(self, device: torch.device) -> "RowCountInputs":
+        return self
+
+    def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor]:
+        return (idx,)
+
+
 def normalise(pixels: torch.Tensor) -> torch.Tensor:
     """uint8 [0, 255] -> float [-1, 1] (the authors fed raw 0-255 floats; protocol section 6)."""
     return pixels.float().div_(127.5).sub_(1.0)
@@ -53,13 +69,16 @@ def normalise(pixels: torch.Tensor) -> torch.Tensor:
 
 def load_inputs(inputs: str, slices_dir: str | Path, features_dir: str | Path = "outputs/features",
                 encoder: str | None = None, embed=None) -> Inputs:
-    """Inputs of kind ``pixels``, ``token_states`` or ``pooled`` for every row of the slices.
+    """Inputs of kind ``pixels``, ``token_states``, ``pooled`` or ``none`` for every row of the slices.
 
     ``embed`` is the ``params.yaml: embed`` section (max length, encoder overrides) that names
     the feature cache of the non-pixel kinds.
     """
     from driftmatrix.slicing import load_slices
 
+    if inputs == "none":
+        rows, _, _ = load_slices(slices_dir)
+        return RowCountInputs(len(rows))
     if inputs == "pixels":
         _, _, images = load_slices(slices_dir)
         if images is None:

@@ -1,7 +1,8 @@
 """One registry of named model variants (the paper's names), each with its family and inputs.
 
 A spec says how to build the network (``build(num_outputs, info)``), which inputs it reads
-(raw ``pixels``, cached ``token_states``, or cached ``pooled`` encoder features) and any
+(raw ``pixels``, cached ``token_states``, cached ``pooled`` encoder features, or ``none``: only
+the batch size, for the ``Prior`` baseline of ``models.heads``) and any
 optimiser defaults that differ from ``params.yaml: train`` (e.g. frozen-encoder heads use lr 1e-4
 on images). Modules that define models register them on import; :func:`get` imports them lazily.
 """
@@ -13,16 +14,18 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-INPUTS = ("pixels", "token_states", "pooled")
+INPUTS = ("pixels", "token_states", "pooled", "none")
 # Modules that register models when imported (kept lazy: torch loads only when a model is needed).
-MODEL_MODULES = ["driftmatrix.models.image", "driftmatrix.models.text", "driftmatrix.models.frozen"]
+MODEL_MODULES = ["driftmatrix.models.image", "driftmatrix.models.text", "driftmatrix.models.frozen",
+                 "driftmatrix.models.heads"]
+BASELINE_FAMILY = "Baseline"  # reference models (Prior): no learning; keep them out of cohort means
 
 
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
     family: str
-    modality: str  # image | text
+    modality: str  # image | text | any
     inputs: str  # one of INPUTS
     build: Callable[..., Any]  # build(num_outputs: int, info: Mapping) -> torch.nn.Module
     encoder: str | None = None  # for token_states / pooled: the feature-cache encoder key
@@ -74,3 +77,8 @@ def get(name: str) -> ModelSpec:
 def family_of(name: str) -> str | None:
     """Family of a registered model, or None for names the registry does not know."""
     return REGISTRY[name].family if name in REGISTRY else None
+
+
+def is_baseline(name: str) -> bool:
+    """True for reference models such as ``Prior`` (shown beside the others, not averaged in)."""
+    return family_of(name) == BASELINE_FAMILY
