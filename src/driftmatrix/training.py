@@ -204,11 +204,13 @@ class Experiment:
 
     def train_unit(self, unit: Unit, on_epoch=None):
         """Fresh model of ``unit.seed`` trained on its window; returns (model, losses, rows)."""
+        from driftmatrix.models.heads import init_output_bias
         from driftmatrix.tasks import make_loss
 
         rows = self.train_rows(unit)
         loss_fn = make_loss(self.meta.task, self.targets_np[rows])
         model = self.new_model(unit.seed)
+        init_output_bias(model, self.meta.task, self.targets_np[rows])  # start at the window's prior
         losses = fit(model, self.inputs, self.targets, rows, self.cfg, loss_fn, unit.seed, self.device, on_epoch)
         return model, losses, len(rows)
 

@@ -78,12 +78,20 @@ class Cohort:
         return forgetting.family_curves(self.curves, self.families)
 
     @cached_property
+    def learned_means(self) -> dict[str, np.ndarray]:
+        """Means of the models that learn: no-learning baselines (Prior) stay out of the cohort."""
+        from driftmatrix.models.registry import BASELINE_FAMILY
+
+        learned = {m: M for m, M in self.means.items() if self.families[m] != BASELINE_FAMILY}
+        return learned or self.means
+
+    @cached_property
     def cohort_mean(self) -> np.ndarray:
-        return cohort.cohort_mean(self.means)
+        return cohort.cohort_mean(self.learned_means)
 
     @cached_property
     def deviations(self) -> dict[str, np.ndarray]:
-        return cohort.deviations(self.means)
+        return cohort.deviations(self.learned_means)
 
     # --- tables -----------------------------------------------------------------------------
     def records(self) -> list[dict]:
