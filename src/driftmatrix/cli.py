@@ -191,11 +191,14 @@ def evaluate(model: str = typer.Option(..., "--model", "-m"), params: Path = PAR
 
 @app.command()
 def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("outputs/scores")),
-             out: Path = typer.Option(Path("outputs/matrices"))) -> None:
-    """Seed-averaged matrices, summary scores, heatmaps, DVC metrics and MLflow logging."""
+             out: Path = typer.Option(Path("outputs/matrices")),
+             metrics: Path = typer.Option(None, help="DVC metrics file [default: metrics/metrics.json]."),
+             plots: Path = typer.Option(None, help="Matrix CSVs DVC plots [default: metrics/matrices].")) -> None:
+    """Seed-averaged matrices, summary scores, heatmaps, DVC metrics and plots, MLflow logging."""
     from driftmatrix import matrices as stage
 
-    stage.run(_params(params), scores, out)
+    stage.run(_params(params), scores, out, metrics_path=metrics or stage.DVC_METRICS,
+              plots_dir=plots or stage.DVC_MATRICES)
 
 
 @app.command()
