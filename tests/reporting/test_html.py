@@ -111,7 +111,7 @@ def test_inline_data_holds_every_cell_with_its_seeds_and_n_eval(report, cohort):
     np.testing.assert_allclose(np.array(ffn["mean"], dtype=float), cohort.means["FFN-S"], atol=1e-5)
     assert ffn["mean"][5][0] is None and ffn["n_eval"] == N_EVAL and ffn["seeds"] == [0, 1, 2]
     assert ffn["n_cell"][1][3] == 2 and ffn["n_cell"][0][0] == 3
-    assert gru["n_eval"] is None and gru["seeds"] is None
+    assert gru["n_eval"] is None and gru["seeds"] is None and gru["n_cell"] is None  # every seed everywhere
     assert text.count("<canvas data-model=") == 2 and text.count('<input type="checkbox" checked data-model=') == 2
 
 

@@ -53,7 +53,7 @@ function describe(m,i,j){var lag=j-i,v=m.mean[i][j];
   var lines=[m.name+' \u00b7 trained up to '+D.slices[i]+' \u00b7 evaluated '+D.slices[j]+' ('+where+')'];
   if(v===null)return lines.concat(['not scored']).join('\n');
   lines.push('value '+fmt(v,D.decimals)+(D.unit?' '+D.unit:'')+' \u00b7 seed std '+(m.std?fmt(m.std[i][j],D.decimals):'n/a'));
-  lines.push('n_eval '+(m.n_eval&&m.n_eval[i][j]!==null?m.n_eval[i][j]:'n/a')+' \u00b7 seeds '+m.n_cell[i][j]+' of '+
+  lines.push('n_eval '+(m.n_eval&&m.n_eval[i][j]!==null?m.n_eval[i][j]:'n/a')+' \u00b7 seeds '+(m.n_cell?m.n_cell[i][j]:m.n_seeds)+' of '+
     m.n_seeds+(m.seeds?' ('+m.seeds.join(', ')+')':' (ids not recorded)'));
   return lines.join('\n');}
 document.querySelectorAll('canvas[data-model]').forEach(function(c){var m=M[c.dataset.model];draw(c,m);
@@ -83,7 +83,8 @@ def _hex(rgba) -> str:
 
 
 def payload(cohort, decimals: int) -> dict:
-    """Everything the script needs: slices, colour scale and per model mean, std, n_eval, seeds."""
+    """Everything the script needs: slices, colour scale and per model mean, std, n_eval, seeds
+    (``n_cell``, the seeds that scored each cell, only when some seed missed a cell)."""
     import matplotlib as mpl
 
     sc = figures.scales(cohort)
@@ -95,7 +96,8 @@ def payload(cohort, decimals: int) -> dict:
             "name": name, "mean": _nested(m.mean, decimals + 2),
             "std": _nested(m.std, decimals + 2) if m.n_seeds > 1 else None,
             "n_eval": None if n is None else _nested(n, 0),
-            "n_cell": (~np.isnan(m.seed_values)).sum(axis=0).tolist(), "n_seeds": m.n_seeds,
+            "n_cell": (~np.isnan(m.seed_values)).sum(axis=0).tolist() if np.isnan(m.seed_values).any() else None,
+            "n_seeds": m.n_seeds,
             "seeds": list(m.seeds) if m.seeds else None})
     return {"slices": list(cohort.slices), "unit": cohort.unit, "decimals": decimals,
             "range": list(sc["range"]), "colours": [_hex(cmap(t)) for t in np.linspace(0, 1, 64)],
