@@ -6,7 +6,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 STAMP := $(VENV)/.installed
 PARAMS ?= params.yaml
 
-.PHONY: repro install params data matrices recommend golden test bench ui clean-outputs help
+.PHONY: repro install params data matrices recommend golden test bench ui exp clean-outputs help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -45,8 +45,16 @@ test: install  ## run the test suite
 bench: install  ## time-to-matrix and throughput benchmarks (see bench/)
 	$(VENV)/bin/python bench/run.py
 
-ui: install  ## MLflow UI on http://127.0.0.1:5000
-	mlflow ui --backend-store-uri sqlite:///mlflow.db --host 127.0.0.1 --port 5000
+UI_HOST := 127.0.0.1
+UI_PORT ?= 5000
+UI_STORE ?= $(or $(MLFLOW_TRACKING_URI),sqlite:///mlflow.db)
+ui: install  ## MLflow UI on 127.0.0.1 only (not the network); prints the URL of the runs table
+	@python -m driftmatrix.reporting.ui --uri "$(UI_STORE)" --host $(UI_HOST) --port $(UI_PORT)
+	mlflow ui --backend-store-uri "$(UI_STORE)" --host $(UI_HOST) --port $(UI_PORT)
+
+exp: install  ## run a preset as a DVC experiment: make exp PRESET=presets/x.yaml [EXP_ARGS="-n name"]
+	@test -n "$(PRESET)" || { echo "usage: make exp PRESET=presets/<name>.yaml [EXP_ARGS='-n <name>']"; exit 2; }
+	python -m driftmatrix.presets "$(PRESET)" -- $(EXP_ARGS)
 
 clean-outputs:  ## remove pipeline outputs (not the MLflow store)
 	rm -rf outputs

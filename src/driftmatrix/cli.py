@@ -192,12 +192,15 @@ def evaluate(model: str = typer.Option(..., "--model", "-m"), params: Path = PAR
 @app.command()
 def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("outputs/scores")),
              out: Path = typer.Option(Path("outputs/matrices")),
-             slices: Path = typer.Option(Path("outputs/slices"))) -> None:
-    """Seed-averaged matrices of the current configuration, summary scores, heatmaps, DVC
-    metrics and MLflow logging."""
+             slices: Path = typer.Option(Path("outputs/slices")),
+             metrics: Path = typer.Option(None, help="DVC metrics file [default: metrics/metrics.json]."),
+             plots: Path = typer.Option(None, help="Matrix CSVs DVC plots [default: metrics/matrices].")) -> None:
+    """Seed-averaged matrices of the current configuration, summary scores, heatmaps, DVC metrics
+    and plots, MLflow logging."""
     from driftmatrix import matrices as stage
 
-    stage.run(_params(params), scores, out, slices_dir=slices)
+    stage.run(_params(params), scores, out, slices_dir=slices, metrics_path=metrics or stage.DVC_METRICS,
+              plots_dir=plots or stage.DVC_MATRICES)
 
 
 @app.command()

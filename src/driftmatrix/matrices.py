@@ -25,6 +25,10 @@ from driftmatrix.units import ModelPlan
 log = logging.getLogger(__name__)
 
 STATS = ("in_distribution", "future", "decay", "td_score", "backward")
+# What the DVC stage writes for `dvc exp show` / `dvc plots diff`: git-tracked (outside the
+# git-ignored outputs/), so every commit and experiment carries them.
+DVC_METRICS = Path("metrics/metrics.json")
+DVC_MATRICES = Path("metrics/matrices")
 
 
 def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[str, Any]],
@@ -105,9 +109,11 @@ def _clean(v):
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
-def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path) -> list[Path]:
-    """Matrix JSON/CSV per model, summary.{json,csv}, heatmaps, DVC metrics; returns the files."""
-    from driftmatrix.reporting import figures, text
+def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path,
+                  plots_dir: Path | None = None) -> list[Path]:
+    """Matrix JSON/CSV per model, summary.{json,csv}, heatmaps, DVC metrics (and the long-format
+    matrix CSVs DVC plots, when ``plots_dir`` is given); returns the files for MLflow."""
+    from driftmatrix.reporting import dvcfiles, figures, text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
@@ -130,6 +136,8 @@ def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path) -> list[Pat
     metrics_path.write_text(json.dumps(
         {r["model"]: {k: _clean(r[k]) for k in STATS} for r in records}, indent=2))
     files.append(metrics_path)
+    if plots_dir is not None:
+        dvcfiles.write_matrix_csvs(cohort, plots_dir)  # same cells as <model>.json: not logged again
     return files
 
 
@@ -154,7 +162,8 @@ def log_to_mlflow(params: Params, cohort: Cohort, files: list[Path], dataset: st
 
 def run(params: Params, scores_dir: str | Path, out_dir: str | Path,
         metrics_path: str | Path | None = None, report_path: str | Path | None = None,
-        track: bool = True, slices_dir: str | Path = "outputs/slices") -> Cohort:
+        track: bool = True, plots_dir: str | Path | None = None,
+        slices_dir: str | Path = "outputs/slices") -> Cohort:
     """The whole stage. Defaults put metrics.json and report/report.html beside ``out_dir``
     (``outputs/metrics.json``, ``outputs/report/report.html``)."""
     from driftmatrix.reporting import html
@@ -165,7 +174,7 @@ def run(params: Params, scores_dir: str | Path, out_dir: str | Path,
     models = read_scores(params, slices_dir, scores_dir)
     cohort = Cohort(models)
     dataset = cohort.first.dataset or params.dataset.name
-    files = write_outputs(cohort, out_dir, metrics_path)
+    files = write_outputs(cohort, out_dir, metrics_path, Path(plots_dir) if plots_dir else None)
     files.append(html.run(out_dir, report_path, audit=out_dir.parent / "audit" / "report.html",
                           title=f"Drift matrices: {dataset}", cohort=cohort))
     for name, s in cohort.summaries.items():

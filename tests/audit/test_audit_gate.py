@@ -153,3 +153,41 @@ def test_wrong_dtype_and_bad_config_are_reported(tmp_path):
         ValidationConfig.from_params({"min_row": 3})
     with pytest.raises(ConfigError, match="override"):
         ValidationConfig.from_params({"override": "2002"})
+
+
+def _hint(message: str) -> list[str]:
+    """The override list the failure message suggests, read as params.yaml would read it."""
+    line = next(ln for ln in message.splitlines() if "validation.override:" in ln)
+    return yaml.safe_load(line.split("validation.override:", 1)[1])
+
+
+@pytest.mark.parametrize("k, wildcard", [(4, False), (6, True)])
+def test_the_suggested_override_names_every_failing_slice_and_opens_the_gate(tmp_path, k, wildcard):
+    rows, manifest, _ = make_slices(k=k, per_slice=120, task="multiclass", n_classes=3)
+    rows = rows[~((rows["slice"] >= 1) & (rows["label"] == 1))].copy()   # a class gone from slice 1 on
+    last = rows[rows["slice"] == k - 1].iloc[:5]                          # duplicated ids in the last
+    rows = pd.concat([rows, last]).sort_values(["slice", "id"], kind="stable").reset_index(drop=True)
+    slices = write_slices(tmp_path / "slices", rows, manifest)
+    with pytest.raises(gate.ValidationFailed) as err:
+        _run(tmp_path, slices)
+    failures = json.loads((tmp_path / "validation" / "summary.json").read_text())["failures"]
+    failing = {(f["slice"], f["expectation"]) for f in failures}
+    assert len(failing) >= k  # classes_present on k - 1 slices, unique_id on the last
+    hint = _hint(str(err.value))
+    last_label = str(2000 + k - 1)
+    assert f"{last_label}:unique_id" in hint
+    if wildcard:  # k - 1 = 5 slices miss a class: one entry covers them
+        assert "*:classes_present" in hint and not any(h.endswith(":classes_present") and h[0] != "*" for h in hint)
+    else:
+        assert {f"{s}:classes_present" for s in ("2001", "2002", "2003")} <= set(hint)
+    summary = _run(tmp_path, slices, {"override": hint})
+    assert summary["passed"] is True
+    assert {(o["slice"], o["expectation"]) for o in summary["overridden"]} == failing
+
+
+def test_override_rules_deduplicate_and_keep_order():
+    fails = [{"slice": s, "expectation": c} for s, c in
+             (("2001", "a"), ("2001", "a"), ("2003", "b"), ("2002", "a"))]
+    assert gate.override_rules(fails) == ["2001:a", "2002:a", "2003:b"]
+    assert gate.override_rules(fails, wildcard_from=2) == ["*:a", "2003:b"]
+    assert gate.override_rules([]) == []

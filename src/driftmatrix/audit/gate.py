@@ -75,9 +75,24 @@ def summary_markdown(annotated: list[dict[str, Any]], summary: Mapping[str, Any]
     return "\n".join(lines) + "\n"
 
 
+WILDCARD_FROM = 4  # a check failing on this many slices or more is suggested as one "*:<check>"
+
+
+def override_rules(failures: Iterable[Mapping[str, Any]], wildcard_from: int = WILDCARD_FROM) -> list[str]:
+    """The ``validation.override`` entries that let every failure through: ``"<slice>:<check>"``
+    for each failing slice, or one ``"*:<check>"`` for a check failing on many slices."""
+    by_check: dict[str, list[str]] = {}
+    for i in failures:
+        slices = by_check.setdefault(i["expectation"], [])
+        if str(i["slice"]) not in slices:
+            slices.append(str(i["slice"]))
+    return [r for check, slices in by_check.items()
+            for r in ([f"*:{check}"] if len(slices) >= wildcard_from else [f"{s}:{check}" for s in slices])]
+
+
 def failure_message(summary: Mapping[str, Any]) -> str:
     items = summary["failures"]
-    rules = ", ".join(f'"{i["slice"]}:{i["expectation"]}"' for i in items[:5])
+    rules = ", ".join(json.dumps(r) for r in override_rules(items))
     return ("validation failed (critical checks):\n" + "\n".join(f"  {describe_failure(i)}" for i in items)
             + f"\nto proceed knowingly, list them in params.yaml validation.override: [{rules}]")
 

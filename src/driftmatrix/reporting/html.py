@@ -1,20 +1,23 @@
 """One self-contained HTML report of a cohort of drift matrices.
 
-Figures are PNGs inlined as base64 data URIs; there is no script, stylesheet or font from
-anywhere else, so the file can be mailed, archived as an MLflow artifact, or opened offline.
+Interactive matrices and curves are drawn by an inline script from inline data
+(:mod:`driftmatrix.reporting.interactive`); the static figures are PNGs inlined as base64 data
+URIs. Nothing is loaded from anywhere else (no script, stylesheet or font), so the file can be
+mailed, archived as an MLflow artifact, or opened offline.
 """
 
 from __future__ import annotations
 
 import base64
 import html
+import json
 import math
 import os
 from datetime import datetime, timezone
 from pathlib import Path
 
 from driftmatrix.analysis import advisor
-from driftmatrix.reporting import figures
+from driftmatrix.reporting import figures, interactive
 from driftmatrix.reporting.text import decimals_for
 
 CSS = """
@@ -27,7 +30,7 @@ td.l,th.l{text-align:left}figure{margin:1em 0}img{max-width:100%;height:auto;bor
 figcaption{font-size:.85em;color:#555}.meta{color:#666;font-size:.9em}
 .cutoffs{display:flex;flex-wrap:wrap;gap:1.2em}.cutoffs>div{flex:0 0 auto}
 nav a{margin-right:1em}
-"""
+""" + interactive.CSS
 
 
 def _num(v, d: int) -> str:
@@ -52,6 +55,24 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{data}">'
 
 
+SETUP = (("window", "training window"), ("precision", "precision"), ("stale", "stale rows"))
+
+
+def _plain(v) -> str:
+    return v if isinstance(v, str) else json.dumps(v, separators=(", ", ": "))
+
+
+def _setup_table(cohort) -> str:
+    """How each model was trained (window, precision, stale rows), for the keys any model has."""
+    keys = [(k, label) for k, label in SETUP if any(k in (m.extra or {}) for m in cohort.models.values())]
+    if not keys:
+        return ""
+    rows = [(name, ", ".join(map(str, m.seeds)) if m.seeds else str(m.n_seeds),
+             *(_plain(m.extra[k]) if k in (m.extra or {}) else "n/a" for k, _ in keys))
+            for name, m in cohort.models.items()]
+    return "<h3>Training setup</h3>" + _table(["model", "seeds", *(label for _, label in keys)], rows, 0)
+
+
 def _sections(cohort, audit_href: str | None, dpi: int) -> list[tuple[str, str, str]]:
     """(anchor, title, html body) of every report section."""
     d = decimals_for(cohort.unit)
@@ -66,7 +87,8 @@ def _sections(cohort, audit_href: str | None, dpi: int) -> list[tuple[str, str, 
         f"is worse; backward = mean of the cells j &lt; i; TD = temporal-degradation slope "
         f"({html.escape(cohort.unit or cohort.metric)} per slice of misalignment).</p>"
         + _table(["rank", "model", "family", "in-distribution", "future", "decay", "backward", "TD score"],
-                 rows, d, td_col=7))))
+                 rows, d, td_col=7) + _setup_table(cohort))))
+    out.append(("interactive", "Drift matrices and forgetting curves", interactive.section(cohort, d)))
     out.append(("robustness", "Temporal robustness (by decay)", _table(
         ["model", "family", "future", "decay"],
         [(m, fam[m] or "-", f, dec) for m, f, dec in cohort.robustness()], d)))

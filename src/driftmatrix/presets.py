@@ -1,0 +1,123 @@
+"""Run a preset as a DVC experiment: its difference from params.yaml as ``dvc exp run -S`` overrides.
+
+A preset (``presets/*.yaml``) is a whole parameter file. Copying it over ``params.yaml`` loses
+what DVC's experiments give (a named experiment beside its baseline in ``dvc exp show``, params
+and metrics diffs, ``dvc exp apply``); DVC 3 has no "run with this params file" switch either.
+So the preset becomes Hydra overrides, which ``dvc exp run -S`` applies to ``params.yaml``:
+``key=value`` for every leaf the preset changes, ``+key=value`` for every one it adds, ``~key``
+for every key it does not have. ``--merge`` keeps keys absent from the preset (for partial presets such as
+``presets/tuned/<dataset>-<model>.yaml``, which hold one ``models:`` block).
+
+    python -m driftmatrix.presets presets/text-reviews.yaml -- -n reviews   # runs dvc exp run
+    python -m driftmatrix.presets presets/tuned/x.yaml --merge --print      # prints the command
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import yaml
+
+_MISSING = object()
+PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")  # an unquoted Hydra string that stays one
+RESERVED = {"true", "false", "null", "inf", "nan"}
+KEY = re.compile(r"^(?:[A-Za-z_$][A-Za-z0-9_$-]*|[0-9]+)$")  # what Hydra's key grammar accepts
+
+
+def _key(path: str, key: Any) -> str:
+    k = str(key)
+    if not KEY.match(k):
+        raise ValueError(f"key {k!r} under {path or 'the top level'}: DVC's -S overrides cannot name it "
+                         "(letters, digits, _, $, - only)")
+    return f"{path}.{k}" if path else k
+
+
+def _quote(s: str) -> str:
+    """Plain if Hydra reads it back as this same string, else single-quoted (quotes escaped,
+    backslashes before a quote or at the end doubled)."""
+    if PLAIN.match(s) and s.lower() not in RESERVED:
+        return s
+    s = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", s)
+    s = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, s)
+    return f"'{s}'"
+
+
+def value(v: Any, path: str = "") -> str:
+    """A YAML value in Hydra's override grammar; strings stay strings."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, Mapping):
+        return "{" + ",".join(f"{k}:{value(x, _key(path, k))}" for k, x in v.items()) + "}"
+    if isinstance(v, (list, tuple)):
+        return "[" + ",".join(value(x, path) for x in v) + "]"
+    return _quote(str(v))
+
+
+def overrides(current: Mapping, preset: Mapping, merge: bool = False, path: str = "") -> Iterator[str]:
+    """Hydra overrides that turn ``current`` into ``preset`` (into current updated by preset if
+    ``merge``). Deletions come first; kept keys keep their place, added ones follow."""
+    if not merge:
+        for k, old in current.items():
+            if k not in preset:
+                if old is None:  # Hydra cannot delete a null: it reads as "no such key"
+                    yield f"{_key(path, k)}=0"
+                yield f"~{_key(path, k)}"
+    for k, new in preset.items():
+        key = _key(path, k)
+        old = current.get(k, _MISSING)
+        if isinstance(new, Mapping) and isinstance(old, Mapping):
+            yield from overrides(old, new, merge, key)  # `a={}` would merge, not replace: recurse
+        elif old is _MISSING:
+            yield f"+{key}={value(new, key)}"
+        elif old != new or type(old) is not type(new):
+            yield f"{key}={value(new, key)}"
+
+
+
+def _load(path: Path) -> dict:
+    try:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as e:
+        raise SystemExit(f"{path}: cannot read the preset ({e})") from e
+    if not isinstance(doc, dict):
+        raise SystemExit(f"{path}: a preset is a YAML mapping of parameter sections")
+    return doc
+
+
+def command(preset: Path, params: Path = Path("params.yaml"), merge: bool = False,
+            extra: list[str] | None = None) -> list[str]:
+    """``dvc exp run -S <override> ... <extra>`` that runs ``preset`` as an experiment."""
+    sets = [a for o in overrides(_load(params), _load(preset), merge) for a in ("-S", o)]
+    return ["dvc", "exp", "run", *sets, *(extra or [])]
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
+    ap = argparse.ArgumentParser(prog="python -m driftmatrix.presets", description=__doc__.splitlines()[0])
+    ap.add_argument("preset", type=Path)
+    ap.add_argument("--params", type=Path, default=Path("params.yaml"))
+    ap.add_argument("--merge", action="store_true", help="keep keys the preset does not have")
+    ap.add_argument("--print", dest="dry", action="store_true", help="print the command, do not run it")
+    a = ap.parse_args(argv)
+    try:
+        cmd = command(a.preset, a.params, a.merge, extra)
+    except ValueError as e:
+        raise SystemExit(f"{a.preset}: {e}") from e
+    print(shlex.join(cmd), flush=True)
+    return 0 if a.dry else subprocess.call(cmd)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
