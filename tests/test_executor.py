@@ -72,6 +72,10 @@ def meet_then_return(ctx, item):
     return name
 
 
+def identity(ctx, item):
+    return item
+
+
 def fail_on_three(ctx, item):
     if item == 3:
         raise ValueError("unit 3 is broken")
@@ -195,11 +199,13 @@ def test_ray_and_local_give_bit_identical_state_dicts(ray_cluster):
     assert len(contexts) == len({pid for pid, _ in contexts}) <= 2
 
 
-def test_ray_worker_killed_mid_item_is_retried(ray_cluster, tmp_path, monkeypatch):
+def test_ray_worker_killed_mid_item_is_retried(ray_cluster, tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="driftmatrix.executor")
     marker = tmp_path / "killed-once"
     monkeypatch.setenv(KILL_ENV, str(marker))
     items = list(range(6))
-    out = list(RayExecutor(RAY_CFG, progress=False).map(slow_double, TinyData(), items, label="kill-test"))
+    out = list(RayExecutor(RAY_CFG).map(slow_double, TinyData(), items, label="kill-test"))
+    assert any(r.getMessage().startswith("kill-test: 6/6 done, 0 running, 0 queued") for r in caplog.records)
     assert marker.exists(), "the hook did not fire"
     killed = int(marker.read_text())
     with pytest.raises(ProcessLookupError):
@@ -213,6 +219,13 @@ def test_ray_delivers_units_that_finish_together(ray_cluster, tmp_path):
     out = list(RayExecutor(RAY_CFG, progress=False).map(meet_then_return, TinyData(), items))
     assert sorted(result for _, result in out) == ["a", "b"]
     assert sorted(item for item, _ in out) == sorted(items)
+
+
+def test_ray_more_units_than_in_flight_window_each_yield_once(ray_cluster):
+    items = list(range(150))  # the window on 2 CPUs is 64 units in flight
+    out = list(RayExecutor(RAY_CFG, progress=False).map(identity, TinyData(), items))
+    assert sorted(item for item, _ in out) == items
+    assert all(item == result for item, result in out)
 
 
 def test_ray_unit_error_reaches_the_driver(ray_cluster):

@@ -111,3 +111,30 @@ def test_shape_of_a_preset_reads_runtime_shares():
     assert shape_of(params, share=1.0).shares == {"MLP-S": 1.0, "CNN-L": 1.0}
     manifest = {"slices": [{"n": 10, "n_train": 7}, {"n": 20, "n_train": 14}]}
     assert shape_of(params, manifest).train_rows == (7, 14)
+
+
+def test_plan_command_on_the_paper_preset_reproduces_the_authors_hours():
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from driftmatrix.cli import app
+
+    preset = Path(__file__).resolve().parents[1] / "presets" / "yearbook.yaml"
+    result = CliRunner().invoke(app, ["plan", "-p", str(preset), "--share", "1", "-n", "1", "-n", "8",
+                                      "--slices", "/nonexistent"])
+    assert result.exit_code == 0, result.output
+    # one unit per GPU on one GPU: the authors' 23.7 + 9.3 A100 hours, fully used
+    assert "| yearbook | 10,920 | 1 | 33.0 h (23.7 h + 9.3 h) | 100% | 33.0 | 33.0 | 66.00 |" in result.output
+    assert "| yearbook | 10,920 | 8 |" in result.output
+
+
+def test_cpu_scale_needs_a_known_dataset_size():
+    from driftmatrix.config import ConfigError
+
+    params = parse_params({"dataset": {"name": "arxiv", "source": "arxiv", "path": "x", "task": "multilabel"},
+                           "models": {"FFN-S": {}}})
+    assert len(shape_of(params).train_rows) == 26  # the GPU scale only needs relative sizes
+    with pytest.raises(ConfigError, match="arxiv: dataset size unknown"):
+        shape_of(params, need_rows=True)
+    assert sum(shape_of(params, rows=2600, need_rows=True).rows) == 2600

@@ -259,7 +259,7 @@ def plan(params: list[Path] = typer.Option([Path("params.yaml")], "--params", "-
     for path in params:
         p = _params(path)
         same = manifest if manifest and manifest["dataset"].get("name") == p.dataset.name else None
-        shape = scaleplan.shape_of(p, same, share=share, periods=periods, rows=rows)
+        shape = scaleplan.shape_of(p, same, share=share, periods=periods, rows=rows, need_rows=scale == "cpu")
         if scale == "cpu":
             studies[p.dataset.name] = scaleplan.cpu_units(shape)
         elif p.dataset.name in scaleplan.PAPER:

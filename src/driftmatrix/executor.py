@@ -25,6 +25,7 @@ Ray. Unset (the normal case), it costs nothing.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import math
 import os
@@ -341,10 +342,19 @@ class RayExecutor:
                                             max_retries=self.cfg.max_retries, name=_label(label, model))
         recipe_ref = ray.put(recipe)  # serialised once, fetched once per node
         key, kill = recipe_key(recipe), os.environ.get(KILL_ENV) or None
-        pending = {task.remote(fn, recipe_ref, key, item, kill): item for item in items}
+        # Submitted in item order, at most `window` in flight: Ray keeps every slot busy while the
+        # driver's wait stays cheap for stages of many thousand units.
+        window = len(items) if slots >= sys.maxsize // 4 else max(4 * slots, 64)
+        todo, pending = iter(items), {}
+
+        def submit(k: int) -> None:
+            for item in itertools.islice(todo, max(k, 0)):
+                pending[task.remote(fn, recipe_ref, key, item, kill)] = item
+
         bar = Progress(_label(label, model), len(items), enabled=self.progress)
         done = 0
         try:
+            submit(window)
             bar.update(0, min(len(pending), slots))
             while pending:
                 ready, _ = ray.wait(list(pending), num_returns=1, timeout=bar.seconds)
@@ -354,8 +364,9 @@ class RayExecutor:
                     result = ray.get(ref)  # a unit's own error is raised here (not retried)
                     item = pending.pop(ref)
                     done += 1
-                    bar.update(done, min(len(pending), slots))
+                    bar.update(done, min(len(items) - done, slots))
                     yield item, result
+                submit(window - len(pending))
         finally:
             for ref in pending:  # an error, or the caller stopped early: drop the rest
                 ray.cancel(ref)

@@ -228,9 +228,12 @@ def cpu_units(shape: Shape, rates: Mapping[str, tuple[float, float]] = CPU_RATES
 
 
 def shape_of(params, manifest: Mapping | None = None, share: float | None = None,
-             periods: int | None = None, rows: int | None = None) -> Shape:
+             periods: int | None = None, rows: int | None = None, need_rows: bool = False) -> Shape:
     """The study of ``params``: slice sizes from ``manifest`` (a slices manifest of the same dataset)
-    when given, else ``periods`` slices of ``rows`` rows (default: the paper's K and size), equal."""
+    when given, else ``periods`` slices of ``rows`` rows (default: the paper's K and size), equal.
+
+    Without a known size the slices get 1,000 rows each, which only the relative GPU scale may use
+    (``need_rows=False``); the CPU scale needs real sizes and raises instead."""
     from driftmatrix.config import ConfigError
     from driftmatrix.executor import runtime_config
 
@@ -241,9 +244,12 @@ def shape_of(params, manifest: Mapping | None = None, share: float | None = None
     else:
         paper = PAPER.get(name)
         K = periods or (paper.periods if paper else None)
-        n = rows or (paper.rows if paper else None) or (1000 * K if K else None)
         if not K:
             raise ConfigError(f"{name}: number of slices unknown; give --periods (or --slices with a manifest)")
+        n = rows or (paper.rows if paper else None)
+        if n is None and need_rows:
+            raise ConfigError(f"{name}: dataset size unknown; give --rows (or --slices with a manifest)")
+        n = n or 1000 * K
         per = n / K
         every = tuple(round(per * (i + 1)) - round(per * i) for i in range(K))
         train = tuple(round(e * (1 - params.slicing.test_fraction)) for e in every)
