@@ -16,7 +16,7 @@ import pytest
 
 from driftmatrix.config import ConfigError
 from driftmatrix.executor import (KILL_ENV, LocalExecutor, Progress, RayExecutor, Resources, RuntimeConfig,
-                                  make_executor, parse_runtime, recipe_key)
+                                  make_executor, parse_runtime, recipe_key, reuse_workers)
 
 
 # --- work used by both executors (top level: Ray pickles it by reference) -----------------------
@@ -128,6 +128,11 @@ class WithDict:
 def test_recipe_key_of_an_unhashable_recipe_is_stable():
     assert recipe_key(TinyData()) == TinyData()
     assert recipe_key(WithDict({"a": 1})) == recipe_key(WithDict({"a": 1})) != recipe_key(WithDict({"a": 2}))
+
+
+def test_gpu_units_reuse_workers_only_with_one_gpu_per_node():
+    assert reuse_workers(0, 8) and reuse_workers(0.25, 1) and reuse_workers(1, 0)
+    assert not reuse_workers(0.25, 8)
 
 
 # --- local executor --------------------------------------------------------------------------------

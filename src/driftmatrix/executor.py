@@ -264,7 +264,7 @@ def recipe_key(recipe: Any) -> Any:
 
 
 _CONTEXTS: "OrderedDict[Any, Any]" = OrderedDict()
-_CONTEXT_CACHE = 2  # contexts kept per worker process (most recent first out last)
+_CONTEXT_CACHE = 2  # contexts kept per worker process; the least recently used goes first
 
 
 def _context(recipe: Any, key: Any) -> Any:
@@ -300,6 +300,18 @@ def run_item(fn: Callable[[Any, Any], Any], recipe: Any, key: Any, item: Any, ki
         fn(context, item)
         os._exit(1)
     return fn(context, item)
+
+
+def reuse_workers(num_gpus: float, gpus_per_node: float) -> bool:
+    """Whether units may share worker processes (and so their cached context).
+
+    Always for CPU units. For GPU units only where no node has more than one GPU: CUDA binds a
+    process to the device Ray showed it first, so a reused worker later given another GPU of the
+    same node would still compute on the first one. Ray itself never reuses workers for tasks
+    declared with GPUs; declaring them per call (``options``), as here, keeps reuse, which is exact
+    with one GPU per node and what lets the context be built once per worker.
+    """
+    return num_gpus <= 0 or gpus_per_node <= 1
 
 
 class RayExecutor:
@@ -338,8 +350,15 @@ class RayExecutor:
                 raise ConfigError(msg)
             log.warning("%s (waiting for the cluster to grow)", msg)
             slots = 1
-        task = ray.remote(run_item).options(num_cpus=res.num_cpus, num_gpus=res.num_gpus,
-                                            max_retries=self.cfg.max_retries, name=_label(label, model))
+        most_gpus = max((n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive")), default=0)
+        if reuse_workers(res.num_gpus, most_gpus):
+            remote = ray.remote(run_item)
+        else:
+            log.warning("%s: a node has %g GPUs, so every GPU unit runs in a fresh worker process "
+                        "(exact device, no context cache)", _label(label, model), most_gpus)
+            remote = ray.remote(max_calls=1)(run_item)
+        task = remote.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_retries=self.cfg.max_retries,
+                              name=_label(label, model))
         recipe_ref = ray.put(recipe)  # serialised once, fetched once per node
         key, kill = recipe_key(recipe), os.environ.get(KILL_ENV) or None
         # Submitted in item order, at most `window` in flight: Ray keeps every slot busy while the
