@@ -385,6 +385,8 @@ class RayExecutor:
                     done += 1
                     bar.update(done, min(len(items) - done, slots))
                     yield item, result
+                if not ready:  # a heartbeat line while long units run
+                    bar.update(done, min(len(items) - done, slots))
                 submit(window - len(pending))
         finally:
             for ref in pending:  # an error, or the caller stopped early: drop the rest
