@@ -256,6 +256,45 @@ def tune(model: list[str] = typer.Option([], "--model", "-m", help="Registry nam
         typer.echo(f"{r['study']}: {r['finished']} finished trials ({r['ran']} now, {r['seconds']} s), {best}")
 
 
+@app.command()
+def plan(params: list[Path] = typer.Option([Path("params.yaml")], "--params", "-p",
+                                           help="Preset(s) to plan; several are also pooled on one cluster."),
+         n: list[int] = typer.Option([1, 8, 64], "--n", "-n", help="GPUs (or CPU workers); repeatable."),
+         scale: str = typer.Option("gpu", help="gpu: the authors' A100 GPU-hours | cpu: our measured CPU rates."),
+         order: str = typer.Option("lpt", help="lpt (longest first) | fifo (submission order)."),
+         share: Optional[float] = typer.Option(None, help="GPUs per unit for every model "
+                                               "(default: runtime.num_gpus and overrides; 0 counts as 1)."),
+         price: float = typer.Option(2.0, help="$ per GPU-hour (or worker-hour)."),
+         slices: Path = typer.Option(Path("outputs/slices"), help="Slice sizes from this manifest when it "
+                                     "is of the preset's dataset (else the paper's K and size, equal slices)."),
+         periods: Optional[int] = typer.Option(None, help="Number of slices (overrides the manifest)."),
+         rows: Optional[int] = typer.Option(None, help="Dataset rows (with --periods or the paper's K).")) -> None:
+    """Simulate the Ray schedule of a study on N GPUs: makespan, utilisation, cost (see scaleplan.py)."""
+    import json
+
+    from driftmatrix import scaleplan
+
+    if scale not in ("gpu", "cpu"):
+        raise typer.BadParameter("--scale must be gpu or cpu")
+    manifest_path = slices / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else None
+    studies = {}
+    for path in params:
+        p = _params(path)
+        same = manifest if manifest and manifest["dataset"].get("name") == p.dataset.name else None
+        shape = scaleplan.shape_of(p, same, share=share, periods=periods, rows=rows, need_rows=scale == "cpu")
+        if scale == "cpu":
+            studies[p.dataset.name] = scaleplan.cpu_units(shape)
+        elif p.dataset.name in scaleplan.PAPER:
+            studies[p.dataset.name] = scaleplan.gpu_units(shape, scaleplan.PAPER[p.dataset.name])
+        else:
+            raise typer.BadParameter(f"{path}: no published GPU-hours for dataset {p.dataset.name!r} "
+                                     f"(known: {sorted(scaleplan.PAPER)}); use --scale cpu")
+    typer.echo(scaleplan.describe(scale, order, share))
+    typer.echo(scaleplan.format_rows(scaleplan.rows_for(studies, n, order), price,
+                                     "GPU" if scale == "gpu" else "worker"))
+
+
 @app.command("models")
 def list_models() -> None:
     """List the model registry (name, family, modality)."""

@@ -104,7 +104,7 @@ def score_task(exp, item: tuple[Unit, list[Cell], str]) -> dict[str, dict[str, A
 def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str | Path,
         out_dir: str | Path, features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
     """Score the plan's missing cells of ``model``; attach each changed row to its unit's run."""
-    from driftmatrix.executor import make_executor
+    from driftmatrix.executor import make_executor, runtime_config
     from driftmatrix.training import CheckpointStore, Experiment, ExperimentRecipe, sync
     from driftmatrix.units import slice_hashes
 
@@ -126,8 +126,8 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes), n_cells,
              len(todo))
     recipe = ExperimentRecipe.of(params, model, slices_dir, features_dir)
-    for (unit, _, _), cells in make_executor(params).map(score_task, recipe, todo, model=model,
-                                                         label=f"evaluate {model}", context=exp):
+    for (unit, _, _), cells in make_executor(runtime_config(params)).map(
+            score_task, recipe, todo, model=model, label="evaluate", context=exp):
         doc = docs[unit.key]
         doc["unit"] = {"model": unit.model, "seed": unit.seed, "cutoff": unit.cutoff, "key": unit.key}
         doc["cells"].update(cells)

@@ -1,19 +1,397 @@
-"""Executors: run a list of work items and yield results as they finish (local for now)."""
+"""Run a stage's work items in this process (``local``) or as Ray tasks (``ray``), one interface.
+
+A stage hands :meth:`Executor.map` a top-level function ``fn(context, item) -> result``, a small
+*recipe* (a picklable, hashable-by-value object whose ``build()`` makes the heavy context: slices
+loaded, inputs on the device) and its items. Results come back to the driver as they finish; the
+driver alone writes checkpoints, MLflow runs and registry versions (workers compute and return).
+
+``runtime:`` in ``params.yaml`` picks the executor::
+
+    runtime:
+      executor: local        # local (default, never imports Ray) | ray
+      address: null          # null: start Ray on this machine | auto | ray://head:10001 | host:port
+      num_cpus: 1            # per unit
+      num_gpus: 0            # per unit, fractional: 0.25 = four units share one GPU
+      max_retries: 3         # Ray retries of a unit whose worker or node died
+      overrides: {ViT-L: {num_gpus: 0.5}}   # per model
+
+Fault-test hook: when the environment variable ``DRIFTMATRIX_KILL_ONCE`` names a file that does
+not exist yet, the first Ray worker to claim it (atomic create) kills its own process part-way
+through its item. Ray then retries that item; the map still yields every item exactly once. The
+variable is read by the driver and passed with each task, so it also reaches an already-running
+Ray. Unset (the normal case), it costs nothing.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Iterator
+import hashlib
+import itertools
+import logging
+import math
+import os
+import pickle
+import sys
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
+
+from driftmatrix.config import ConfigError, build
+
+log = logging.getLogger(__name__)
+
+KILL_ENV = "DRIFTMATRIX_KILL_ONCE"
+KILL_AFTER_S = 0.05  # the hook's worker dies this long into its item (or at its end, if sooner)
+EXECUTORS = ("local", "ray")
+_WHERE = "params.yaml: runtime"
+
+
+# --- configuration ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Resources:
+    """What one unit asks Ray for. ``num_gpus`` below 1 shares a GPU; above 1 it must be whole."""
+
+    num_cpus: float = 1
+    num_gpus: float = 0
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    executor: str = "local"
+    address: str | None = None
+    num_cpus: float = 1
+    num_gpus: float = 0
+    max_retries: int = 3
+    overrides: Mapping[str, Resources] = field(default_factory=dict)
+
+    def resources_for(self, model: str | None) -> Resources:
+        """The runtime defaults with ``overrides.<model>`` applied."""
+        base = Resources(self.num_cpus, self.num_gpus)
+        return self.overrides.get(model, base) if model is not None else base
+
+
+def parse_runtime(raw: Mapping[str, Any] | None, models: Iterable[str] | None = None) -> RuntimeConfig:
+    """``RuntimeConfig`` from the ``runtime:`` mapping; every bad key is named ``params.yaml: runtime.<key>``.
+
+    ``models``, when given, are the experiment's models: an override for any other name is an error.
+    """
+    if raw is None:
+        return RuntimeConfig()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{_WHERE}: expected a mapping, got {type(raw).__name__}")
+    raw = dict(raw)
+    known = {f for f in RuntimeConfig.__dataclass_fields__}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{_WHERE}.{key}: unknown key; expected some of {sorted(known)}")
+    over = raw.pop("overrides", None) or {}
+    if not isinstance(over, Mapping):
+        raise ConfigError(f"{_WHERE}.overrides: expected a mapping of model -> {{num_cpus, num_gpus}}")
+    cfg = build(RuntimeConfig, raw, _WHERE)
+    if cfg.executor not in EXECUTORS:
+        raise ConfigError(f"{_WHERE}.executor: {cfg.executor!r} is not one of {list(EXECUTORS)}")
+    if cfg.address is not None and (not isinstance(cfg.address, str) or not cfg.address.strip()):
+        raise ConfigError(f"{_WHERE}.address: expected null, auto, ray://host:port or host:port, got {cfg.address!r}")
+    if not isinstance(cfg.max_retries, int) or isinstance(cfg.max_retries, bool) or cfg.max_retries < -1:
+        raise ConfigError(f"{_WHERE}.max_retries: expected an integer >= 0 (-1: retry forever), "
+                          f"got {cfg.max_retries!r}")
+    _check_resources(Resources(cfg.num_cpus, cfg.num_gpus), _WHERE)
+    models = set(models) if models is not None else None
+    resolved = {}
+    for name, value in over.items():
+        where = f"{_WHERE}.overrides.{name}"
+        if models is not None and name not in models:
+            raise ConfigError(f"{where}: {name!r} is not a model of this experiment ({sorted(models)})")
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping with num_cpus and/or num_gpus")
+        for key in value:
+            if key not in Resources.__dataclass_fields__:
+                raise ConfigError(f"{where}.{key}: unknown key; expected num_cpus or num_gpus")
+        res = build(Resources, {"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus, **value}, where)
+        resolved[str(name)] = _check_resources(res, where)
+    return RuntimeConfig(cfg.executor, cfg.address, cfg.num_cpus, cfg.num_gpus, cfg.max_retries, resolved)
+
+
+def runtime_config(params) -> RuntimeConfig:
+    """The ``runtime:`` section of typed ``Params`` (it lives in ``params.extra``)."""
+    return parse_runtime(params.extra.get("runtime"), params.models)
+
+
+def _check_resources(res: Resources, where: str) -> Resources:
+    for key in ("num_cpus", "num_gpus"):
+        value = getattr(res, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ConfigError(f"{where}.{key}: expected a number >= 0, got {value!r}")
+    if res.num_gpus > 1 and res.num_gpus != int(res.num_gpus):
+        raise ConfigError(f"{where}.num_gpus: above 1 it must be a whole number of GPUs, got {res.num_gpus}")
+    return res
+
+
+# --- progress ----------------------------------------------------------------------------------
+class Progress:
+    """One display per stage over all its units: a tqdm bar on a terminal's stderr, and log lines
+    every ``every`` units or ``seconds`` seconds (whichever first), each with done / running /
+    queued and an ETA from the throughput so far."""
+
+    def __init__(self, label: str, total: int, *, enabled: bool = True, every: int | None = None,
+                 seconds: float = 10.0) -> None:
+        self.label, self.total, self.enabled = label, total, enabled
+        self.every = every or max(1, total // 10)
+        self.seconds = seconds
+        self.start = self.last_log = time.monotonic()
+        self.logged_at = 0
+        self.done = 0
+        self.bar = None
+        if enabled:
+            from tqdm import tqdm
+
+            # disable=None: drawn on a terminal only; a log file gets the log lines instead
+            self.bar = tqdm(total=total, desc=label, unit="unit", file=sys.stderr, disable=None,
+                            dynamic_ncols=True)
+
+    def eta(self) -> float | None:
+        if not self.done:
+            return None
+        return (time.monotonic() - self.start) / self.done * (self.total - self.done)
+
+    def update(self, done: int, running: int) -> None:
+        step, self.done = done - self.done, done
+        queued = max(self.total - done - running, 0)
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"running {running}, queued {queued}", refresh=False)
+            self.bar.update(step)
+        now = time.monotonic()
+        due = done == self.total or done - self.logged_at >= self.every or now - self.last_log >= self.seconds
+        if self.enabled and due and (step or now - self.last_log >= self.seconds):
+            eta = self.eta()
+            log.info("%s: %d/%d done, %d running, %d queued, %.1f s elapsed%s", self.label, done, self.total,
+                     running, queued, now - self.start, "" if eta is None else f", ETA {_duration(eta)}")
+            self.last_log, self.logged_at = now, done
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+# --- the interface ---------------------------------------------------------------------------
+class Executor(Protocol):
+    name: str
+
+    def map(self, fn: Callable[[Any, Any], Any], recipe: Any, items: Iterable[Any], *,
+            model: str | None = None, label: str = "train", context: Any = None) -> Iterator[tuple[Any, Any]]:
+        """Yield ``(item, fn(recipe.build(), item))`` for every item, as each finishes.
+
+        ``context``: the driver's own already-built context, used by executors that run in this
+        process instead of building it again from the recipe."""
+        ...
+
+
+def make_executor(cfg: RuntimeConfig | None = None, *, progress: bool = True) -> Executor:
+    cfg = cfg or RuntimeConfig()
+    if cfg.executor == "ray":
+        return RayExecutor(cfg, progress=progress)
+    return LocalExecutor(cfg, progress=progress)
+
+
+def _label(label: str, model: str | None) -> str:
+    return f"{label} {model}" if model else label
 
 
 class LocalExecutor:
-    """Items run one after another in this process, on a context built once."""
+    """Builds the context once per ``map`` and runs the items in order in this process."""
 
-    def map(self, fn: Callable[[Any, Any], Any], recipe, items: Iterable[Any], *, model: str | None = None,
-            label: str = "work", context: Any = None) -> Iterator[tuple[Any, Any]]:
-        ctx = context if context is not None else recipe.build()
-        for item in items:
-            yield item, fn(ctx, item)
+    name = "local"
+
+    def __init__(self, cfg: RuntimeConfig | None = None, *, progress: bool = True) -> None:
+        self.cfg = cfg or RuntimeConfig()
+        self.progress = progress
+
+    def map(self, fn, recipe, items, *, model=None, label="train", context=None):
+        items = list(items)
+        if not items:
+            return
+        bar = Progress(_label(label, model), len(items), enabled=self.progress)
+        try:
+            context = recipe.build() if context is None else context
+            for n, item in enumerate(items):
+                bar.update(n, 1)
+                result = fn(context, item)
+                bar.update(n + 1, 0)
+                yield item, result
+        finally:
+            bar.close()
 
 
-def make_executor(params=None) -> LocalExecutor:
-    return LocalExecutor()
+# --- Ray ---------------------------------------------------------------------------------------
+def start_ray(cfg: RuntimeConfig, *, num_cpus: int | None = None, num_gpus: int | None = None) -> None:
+    """``ray.init`` once per process: join ``cfg.address`` or, for ``null``, start a fresh local Ray
+    (``num_cpus``/``num_gpus`` cap it; default: this machine's). No dashboard, no worker logs on
+    the driver's terminal, no usage reporting."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+    if cfg.address is None:
+        # "local", not None: None would join any Ray already running on this machine (RAY_ADDRESS or
+        # another user's), which is a cluster we were not asked to use
+        kwargs.update(address="local", num_cpus=num_cpus, num_gpus=num_gpus)
+    else:
+        kwargs.update(address=cfg.address)
+    started = time.perf_counter()
+    ray.init(**kwargs)
+    log.info("ray: %s in %.1f s, resources %s", "started" if cfg.address is None else f"joined {cfg.address}",
+             time.perf_counter() - started, _brief(ray.cluster_resources()))
+
+
+def _brief(resources: Mapping[str, float]) -> dict[str, float]:
+    return {k: v for k, v in resources.items() if k in ("CPU", "GPU")}
+
+
+def recipe_key(recipe: Any) -> Any:
+    """The worker-side cache key: the recipe itself when hashable, else a digest of its pickle."""
+    try:
+        hash(recipe)
+        return recipe
+    except TypeError:
+        return hashlib.sha256(pickle.dumps(recipe)).hexdigest()
+
+
+_CONTEXTS: "OrderedDict[Any, Any]" = OrderedDict()
+_CONTEXT_CACHE = 2  # contexts kept per worker process; the least recently used goes first
+
+
+def _context(recipe: Any, key: Any) -> Any:
+    """This worker process's context for ``recipe``: built on first use, then reused."""
+    if key in _CONTEXTS:
+        _CONTEXTS.move_to_end(key)
+        return _CONTEXTS[key]
+    context = recipe.build()
+    _CONTEXTS[key] = context
+    while len(_CONTEXTS) > _CONTEXT_CACHE:
+        _CONTEXTS.popitem(last=False)
+    return context
+
+
+def _claim(path: str | None) -> bool:
+    """True for exactly one caller per path: the one whose atomic create of ``path`` succeeded."""
+    if not path:
+        return False
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.write(fd, f"{os.getpid()}\n".encode())
+    os.close(fd)
+    return True
+
+
+def run_item(fn: Callable[[Any, Any], Any], recipe: Any, key: Any, item: Any, kill_path: str | None = None) -> Any:
+    """The Ray task body: the cached context, then ``fn``. Workers return; they never write."""
+    context = _context(recipe, key)
+    if _claim(kill_path):  # fault-test hook (module docstring): die part-way through this item
+        threading.Timer(KILL_AFTER_S, os._exit, (1,)).start()
+        fn(context, item)
+        os._exit(1)
+    return fn(context, item)
+
+
+def reuse_workers(num_gpus: float, gpus_per_node: float) -> bool:
+    """Whether units may share worker processes (and so their cached context).
+
+    Always for CPU units. For GPU units only where no node has more than one GPU: CUDA binds a
+    process to the device Ray showed it first, so a reused worker later given another GPU of the
+    same node would still compute on the first one. Ray itself never reuses workers for tasks
+    declared with GPUs; declaring them per call (``options``), as here, keeps reuse, which is exact
+    with one GPU per node and what lets the context be built once per worker.
+    """
+    return num_gpus <= 0 or gpus_per_node <= 1
+
+
+class RayExecutor:
+    """One Ray task per item with that model's resources and ``max_retries``; yields as they finish."""
+
+    name = "ray"
+
+    def __init__(self, cfg: RuntimeConfig, *, progress: bool = True) -> None:
+        self.cfg = cfg
+        self.progress = progress
+
+    def slots(self, res: Resources) -> int:
+        """Units of this shape the cluster can run at once (for the running/queued display)."""
+        import ray
+
+        total = ray.cluster_resources()
+        fits = []
+        for key, need in (("CPU", res.num_cpus), ("GPU", res.num_gpus)):
+            if need > 0:
+                fits.append(math.floor(total.get(key, 0) / need + 1e-9))
+        return max(min(fits), 0) if fits else sys.maxsize
+
+    def map(self, fn, recipe, items, *, model=None, label="train", context=None):
+        import ray
+
+        items = list(items)
+        if not items:
+            return
+        start_ray(self.cfg)
+        res = self.cfg.resources_for(model)
+        slots = self.slots(res)
+        if slots == 0:
+            msg = (f"{_WHERE}: a {model or label} unit asks for {res} but the Ray cluster has "
+                   f"{_brief(ray.cluster_resources())}; lower runtime.num_cpus/num_gpus (or its override)")
+            if self.cfg.address is None:
+                raise ConfigError(msg)
+            log.warning("%s (waiting for the cluster to grow)", msg)
+            slots = 1
+        most_gpus = max((n["Resources"].get("GPU", 0) for n in ray.nodes() if n.get("Alive")), default=0)
+        if reuse_workers(res.num_gpus, most_gpus):
+            remote = ray.remote(run_item)
+        else:
+            log.warning("%s: a node has %g GPUs, so every GPU unit runs in a fresh worker process "
+                        "(exact device, no context cache)", _label(label, model), most_gpus)
+            remote = ray.remote(max_calls=1)(run_item)
+        task = remote.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_retries=self.cfg.max_retries,
+                              name=_label(label, model))
+        recipe_ref = ray.put(recipe)  # serialised once, fetched once per node
+        key, kill = recipe_key(recipe), os.environ.get(KILL_ENV) or None
+        # Submitted in item order, at most `window` in flight: Ray keeps every slot busy while the
+        # driver's wait stays cheap for stages of many thousand units.
+        window = len(items) if slots >= sys.maxsize // 4 else max(4 * slots, 64)
+        todo, pending = iter(items), {}
+
+        def submit(k: int) -> None:
+            for item in itertools.islice(todo, max(k, 0)):
+                pending[task.remote(fn, recipe_ref, key, item, kill)] = item
+
+        bar = Progress(_label(label, model), len(items), enabled=self.progress)
+        done = 0
+        try:
+            submit(window)
+            bar.update(0, min(len(pending), slots))
+            while pending:
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=bar.seconds)
+                if ready:  # and every other unit that finished meanwhile
+                    ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+                for ref in ready:
+                    result = ray.get(ref)  # a unit's own error is raised here (not retried)
+                    item = pending.pop(ref)
+                    done += 1
+                    bar.update(done, min(len(items) - done, slots))
+                    yield item, result
+                if not ready:  # a heartbeat line while long units run
+                    bar.update(done, min(len(items) - done, slots))
+                submit(window - len(pending))
+        finally:
+            for ref in pending:  # an error, or the caller stopped early: drop the rest
+                ray.cancel(ref)
+            bar.close()

@@ -350,12 +350,12 @@ def dvc_data_hash(path: str | Path = "data.dvc") -> str:
 def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], executor=None,
                 recipe: ExperimentRecipe | None = None) -> list[dict[str, Any]]:
     """Train ``units`` through the executor and write each checkpoint as it arrives."""
-    from driftmatrix.executor import make_executor
+    from driftmatrix.executor import make_executor, runtime_config
 
-    executor = executor or make_executor(exp.params)
+    executor = executor or make_executor(runtime_config(exp.params))
     description, dvc_hash, done = exp.description(), dvc_data_hash(), []
     for unit, result in executor.map(train_task, recipe, units, model=exp.spec.name, context=exp,
-                                     label=f"train {exp.spec.name}"):
+                                     label="train"):
         record = unit_record(exp, unit, result, training_data(exp, unit, dvc_hash))
         store.write(unit.key, result["state"], description, record)
         done.append(record)
