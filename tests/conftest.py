@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,29 @@ def mlflow_store(tmp_path, monkeypatch):
 def tiny_params():
     """Factory of params for a tiny synthetic run under a given folder."""
     return make_tiny_params
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray with 2 CPUs for the whole session (started by the first test that needs it);
+    tests that need it skip, with the reason, only where Ray cannot start."""
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - ray is pinned in requirements.txt
+        pytest.skip(f"Ray cannot start: not installed ({exc})")
+    from driftmatrix.executor import RuntimeConfig, start_ray
+
+    # workers import test modules' functions by name, as they import driftmatrix's in real runs
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent), saved) if p)
+    try:
+        start_ray(RuntimeConfig(executor="ray", max_retries=2), num_cpus=2)
+    except Exception as exc:  # pragma: no cover - depends on the machine
+        pytest.skip(f"Ray cannot start on this machine: {type(exc).__name__}: {exc}")
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
+    yield ray
+    ray.shutdown()

@@ -161,29 +161,6 @@ def test_progress_logs_done_running_queued_and_eta(caplog):
 RAY_CFG = RuntimeConfig(executor="ray", max_retries=2)
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    """One local Ray with 2 CPUs for this module; skipped (with the reason) where it cannot start."""
-    try:
-        import ray
-    except ImportError as exc:  # pragma: no cover - ray is pinned in requirements.txt
-        pytest.skip(f"Ray cannot start: not installed ({exc})")
-    from driftmatrix.executor import start_ray
-
-    # workers import this module's functions by name, as they import driftmatrix's in real runs
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent), saved) if p)
-    try:
-        start_ray(RAY_CFG, num_cpus=2)
-    except Exception as exc:  # pragma: no cover - depends on the machine
-        pytest.skip(f"Ray cannot start on this machine: {type(exc).__name__}: {exc}")
-    finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
-    yield ray
-    ray.shutdown()
 
 
 def test_ray_and_local_give_bit_identical_state_dicts(ray_cluster):

@@ -105,8 +105,23 @@ def build(cls: type, raw: Mapping[str, Any] | None, where: str) -> Any:
     for name, value in raw.items():
         if isinstance(value, list):
             value = tuple(value)
+        if isinstance(value, str) and str(known[name].type).startswith("float"):
+            value = _float(value, f"{where}.{name}")  # YAML reads `1e-04` (as DVC writes it) as text
         values[name] = value
     return cls(**values)
+
+
+def _float(text: str, where: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ConfigError(f"{where}: expected a number, got {text!r}") from None
+
+
+def to_raw(params: "Params") -> dict[str, Any]:
+    """The ``params.yaml`` mapping that :func:`parse_params` turns back into ``params``."""
+    raw = {name: _asdict(getattr(params, name)) for name in ("dataset", "synthetic", "slicing", "train", "tracking")}
+    return json.loads(json.dumps({**raw, "models": dict(params.models), **dict(params.extra)}, default=list))
 
 
 def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:

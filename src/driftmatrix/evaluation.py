@@ -121,7 +121,7 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     for u in plan.units:
         missing = [c for c in plan.cells(u, hashes) if c.key not in docs[u.key]["cells"]]
         if missing:
-            todo.append((u, missing, str(checkpoints_dir)))
+            todo.append((u, missing, str(Path(checkpoints_dir).resolve())))
     n_cells = sum(len(m) for _, m, _ in todo)
     log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes), n_cells,
              len(todo))

@@ -290,10 +290,10 @@ class ExperimentRecipe:
 
     @classmethod
     def of(cls, params: Params, model: str, slices_dir, features_dir) -> "ExperimentRecipe":
-        from dataclasses import asdict as as_dict
+        from driftmatrix.config import to_raw
 
-        return cls(json.dumps(as_dict(params), sort_keys=True, default=list), model,
-                   str(slices_dir), str(features_dir))
+        return cls(json.dumps(to_raw(params), sort_keys=True), model, str(Path(slices_dir).resolve()),
+                   str(Path(features_dir).resolve()))
 
     def build(self) -> Experiment:
         from driftmatrix.config import parse_params

@@ -82,8 +82,8 @@ def needed(model_names: Iterable[str], cfg: EmbedConfig) -> dict[str, bool]:
 
 def encoder_identity(inputs: str, spec_encoder: str | None, embed: Mapping[str, Any] | EmbedConfig | None) -> str:
     """What a model's cached inputs are, apart from the data: encoder, weights and extent
-    ('' for pixel models). Part of every unit key (driftmatrix.units)."""
-    if inputs == "pixels":
+    ('' for models that read no cache). Part of every unit key (driftmatrix.units)."""
+    if inputs not in ("token_states", "pooled"):
         return ""
     cfg = embed_config(embed)
     encoder = encoder_of(inputs, spec_encoder, cfg)
