@@ -150,7 +150,7 @@ def read_amazon(path: str | Path, name: str = "amazon-reviews-2023", strict: boo
         builder = TableBuilder(("label",), report)
         for loc, r in _reviews(files, root, scope, report, progress):
             builder.add(loc, r.id, _utc(r.ms), r.period, {"label": float(r.rating)}, r.text)
-        return _result(builder, name, scope, report)
+        return _result(builder, name, scope, report, files)
 
     try:
         sampler = StratifiedSampler(size, seed, opts["allocation"])
@@ -172,16 +172,18 @@ def read_amazon(path: str | Path, name: str = "amazon-reviews-2023", strict: boo
     builder = TableBuilder(("label",), report)
     for _, (loc, r) in sorted(picked, key=lambda sp: (sp[1][1].ms, sp[1][1].id)):
         builder.add(loc, r.id, _utc(r.ms), r.period, {"label": float(r.rating)}, r.text)
-    return _result(builder, name, scope, report)
+    return _result(builder, name, scope, report, files)
 
 
 def _utc(t_ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=t_ms)
 
 
-def _result(builder: TableBuilder, name: str, scope: Scope, report: IngestReport) -> IngestResult:
+def _result(builder: TableBuilder, name: str, scope: Scope, report: IngestReport,
+            files: list[tuple[str, Path]]) -> IngestResult:
     if not len(builder):
-        raise DataError(f"amazon reader: no review kept ({report.summary()})")
+        read = ", ".join(str(p) for _, p in files)
+        raise DataError(f"amazon reader: no review kept from {read} ({report.summary()})")
     table = builder.frame(label_dtype="float64").sort_values(["timestamp", "id"], kind="stable")
     table = table.reset_index(drop=True)
     meta = DatasetMeta(name=name, task="regression", input_kind="text", label_columns=("label",),

@@ -176,8 +176,9 @@ class StratifiedSampler:
             stratum, rid, tag = self._pending_meta[i]
             self.counts[stratum] -= 1
             self._late.append((rid, tag))
-        # two sorted runs: the stable sort (timsort) merges them in linear time
-        self.seen = np.sort(np.concatenate([self.seen, np.unique(h[~dup])]), kind="stable")
+        # two sorted runs: the stable sort (timsort) merges them in linear time, in place
+        self.seen = np.concatenate([self.seen, np.unique(h[~dup])])
+        self.seen.sort(kind="stable")
         self._pending, self._pending_meta = [], []
 
     def _trim(self) -> None:

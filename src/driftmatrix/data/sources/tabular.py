@@ -160,13 +160,31 @@ def parse_row(raw: dict[str, Any], spec: Spec) -> Row:
 
 
 # --- record streams: (file:line, {column: value}) -------------------------------------------------
-def _csv_rows(path: Path, label: str, report: IngestReport, delimiter: str) -> Iterator[tuple[str, dict]]:
+def _not_utf8(record: dict[str, Any], columns: list[str]) -> str | None:
+    """The first used column whose text came from bytes that are not UTF-8 (surrogate escapes)."""
+    for c in columns:
+        v = record.get(c)
+        if isinstance(v, str) and not v.isascii():
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return c
+    return None
+
+
+def _csv_rows(path: Path, label: str, report: IngestReport, delimiter: str,
+              columns: list[str]) -> Iterator[tuple[str, dict]]:
     opener = gzip.open if is_gzip(path) else open
-    with opener(path, "rt", newline="", encoding="utf-8", errors="replace") as fh:
+    # utf-8-sig: a byte-order mark is not part of the first column's name; surrogateescape keeps
+    # bytes that are not UTF-8 visible so that their row is dropped, not silently altered
+    with opener(path, "rt", newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
         reader = csv.reader(fh, delimiter=delimiter)
         try:
             header = next(reader)
         except StopIteration:
+            return
+        except (csv.Error, *STREAM_ERRORS) as exc:
+            count_unreadable(report, f"{label}:1", f"header: {error_text(exc)}")
             return
         while True:
             try:
@@ -177,6 +195,9 @@ def _csv_rows(path: Path, label: str, report: IngestReport, delimiter: str) -> I
                 report.read += 1
                 report.drop(UNPARSEABLE, f"{label}:{reader.line_num}", str(exc))
                 continue
+            except STREAM_ERRORS as exc:
+                count_unreadable(report, f"{label}:{reader.line_num + 1}", error_text(exc))
+                return
             if not values:
                 continue
             report.read += 1
@@ -184,20 +205,41 @@ def _csv_rows(path: Path, label: str, report: IngestReport, delimiter: str) -> I
             if len(values) != len(header):
                 report.drop(UNPARSEABLE, loc, f"{len(values)} fields, header has {len(header)}")
                 continue
-            yield loc, dict(zip(header, values))
+            record = dict(zip(header, values))
+            bad = _not_utf8(record, columns)
+            if bad is not None:
+                report.drop(UNPARSEABLE, loc, f"column {bad!r}: bytes that are not UTF-8")
+                continue
+            yield loc, record
 
 
 def _parquet_rows(path: Path, label: str, report: IngestReport, columns: list[str]) -> Iterator[tuple[str, dict]]:
+    """Rows of a Parquet file; a row Arrow cannot turn into Python values (e.g. a timestamp beyond
+    year 9999) is an unparseable line, and an unreadable file or rest of file is one drop."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pf = pq.ParquetFile(path)
-    present = set(pf.schema_arrow.names)
     row = 0
-    for batch in pf.iter_batches(batch_size=8192, columns=[c for c in columns if c in present]):
-        for rec in batch.to_pylist():
-            row += 1
-            report.read += 1
-            yield f"{label}:{row}", rec
+    try:
+        pf = pq.ParquetFile(path)
+        present = set(pf.schema_arrow.names)
+        for batch in pf.iter_batches(batch_size=8192, columns=[c for c in columns if c in present]):
+            try:
+                records: list[dict | None] = batch.to_pylist()
+            except (pa.ArrowException, ValueError, OverflowError):
+                records = [None] * batch.num_rows  # convert row by row to find the bad ones
+            for i, rec in enumerate(records):
+                row += 1
+                report.read += 1
+                if rec is None:
+                    try:
+                        rec = batch.slice(i, 1).to_pylist()[0]
+                    except (pa.ArrowException, ValueError, OverflowError) as exc:
+                        report.drop(UNPARSEABLE, f"{label}:{row}", error_text(exc))
+                        continue
+                yield f"{label}:{row}", rec
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        count_unreadable(report, f"{label}:{row + 1}", error_text(exc))
 
 
 def _files(root: Path, fmt: str | None) -> list[tuple[Path, str]]:
@@ -279,7 +321,7 @@ def read_table(path: str | Path, name: str = "table", strict: bool = False, **op
     for file, kind in _files(root, opts["format"]):
         label = rel_label(file, root)
         if kind == "csv":
-            records: Iterator = _csv_rows(file, label, report, str(opts["delimiter"]))
+            records: Iterator = _csv_rows(file, label, report, str(opts["delimiter"]), columns)
         elif kind == "parquet":
             records = _parquet_rows(file, label, report, columns)
         else:
