@@ -245,3 +245,40 @@ def test_sampler_fingerprints_stay_exact_across_flushes():
     assert sorted(dups) == ["dup3", "dup3", "dup50", "dup99"]
     assert sum(s.counts.values()) == 100 and len(s.seen) == 100
     assert np.all(np.diff(s.seen.astype(np.float64)) > 0)  # sorted, unique fingerprints
+
+
+# --- found by the fuzz suite: CSV encodings, truncated gzip, corrupt Parquet ------------------
+CSV_OPTS = dict(task="regression", timestamp="when", input="body", label="y", id="id", progress=False)
+
+
+def test_csv_byte_order_mark_bad_utf8_and_truncated_gzip(tmp_path):
+    import gzip
+
+    body = "id,when,body,y\nr1,2015,one,1\nr2,2015,tw\udcffo,2\nr3,2015,three,3\n"
+    data = b"\xef\xbb\xbf" + body.encode("utf-8", "surrogateescape")
+    (tmp_path / "t.csv").write_bytes(data)
+    res = read_table(tmp_path / "t.csv", **CSV_OPTS)
+    assert list(res.table["id"]) == ["r1", "r3"] and balanced(res.report)  # BOM is not part of "id"
+    assert res.report.examples["unparseable line"] == ["t.csv:3: column 'body': bytes that are not UTF-8"]
+    (tmp_path / "t.csv.gz").write_bytes(gzip.compress(data * 50)[:-30])
+    res = read_table(tmp_path / "t.csv.gz", **CSV_OPTS, start=2000)
+    assert res.report.dropped["unreadable rest of file"] == 1 and balanced(res.report)
+
+
+def test_parquet_corrupt_file_and_unconvertible_rows_are_counted(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = pa.table({"id": ["a", "b", "c"], "when": pa.array([0, 2**62, 1_420_070_400_000], pa.timestamp("ms")),
+                     "body": ["x", "y", "z"], "y": [1.0, 2.0, 3.0]})
+    pq.write_table(good, tmp_path / "p.parquet")
+    res = read_table(tmp_path / "p.parquet", **CSV_OPTS)
+    assert list(res.table["id"]) == ["a", "c"] and res.report.dropped == {"unparseable line": 1}
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "empty.parquet").write_bytes(b"")
+    (tmp_path / "bad" / "cut.parquet").write_bytes((tmp_path / "p.parquet").read_bytes()[:-40])
+    pq.write_table(good, tmp_path / "bad" / "ok.parquet")
+    res = read_table(tmp_path / "bad", **CSV_OPTS)
+    assert res.report.dropped == {"unreadable rest of file": 2, "unparseable line": 1} and balanced(res.report)
+    assert sorted(e.split(":")[0] for e in res.report.examples["unreadable rest of file"]) == [
+        "cut.parquet", "empty.parquet"]
