@@ -282,3 +282,23 @@ def test_parquet_corrupt_file_and_unconvertible_rows_are_counted(tmp_path):
     assert res.report.dropped == {"unreadable rest of file": 2, "unparseable line": 1} and balanced(res.report)
     assert sorted(e.split(":")[0] for e in res.report.examples["unreadable rest of file"]) == [
         "cut.parquet", "empty.parquet"]
+
+
+def test_yearbook_truncated_tar_counts_the_lost_rest(tmp_path):
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
+        for k in range(40):
+            data = np.random.default_rng(k).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+            out = io.BytesIO()
+            Image.fromarray(data).save(out, format="PNG")
+            info = tarfile.TarInfo(f"F/{1950 + k}_x_{k}.png")
+            info.size = len(out.getvalue())
+            tf.addfile(info, io.BytesIO(out.getvalue()))
+    path = tmp_path / "cut.tar.gz"
+    path.write_bytes(buf.getvalue()[: len(buf.getvalue()) * 2 // 3])
+    res = read_yearbook(path, size=4)
+    r = res.report
+    assert 0 < r.kept < 40 and r.dropped == {"unreadable rest of file": 1} and balanced(r)
+    assert r.examples["unreadable rest of file"][0].startswith("cut.tar.gz:")
