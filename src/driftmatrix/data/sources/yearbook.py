@@ -182,13 +182,20 @@ def year_of(file_name: str) -> int:
 
 
 @lru_cache(maxsize=32)
-def _area_weights(n_in: int, n_out: int) -> np.ndarray:
-    """``(n_out, n_in)`` matrix: output cell ``o`` averages input ``[o*s, (o+1)*s)``, ``s = n_in / n_out``,
-    each input pixel weighted by the length it overlaps."""
+def _area_taps(n_in: int, n_out: int) -> tuple[np.ndarray, np.ndarray]:
+    """Output cell ``o`` averages input ``[o*s, (o+1)*s)``, ``s = n_in / n_out``, each input pixel
+    weighted by the length it overlaps: ``(n_out, taps)`` input indices and weights (0-padded)."""
     s = n_in / n_out
     lo = (np.arange(n_out) * s)[:, None]
     i = np.arange(n_in)[None, :]
-    return np.clip(np.minimum(lo + s, i + 1) - np.maximum(lo, i), 0.0, None) / s
+    weights = np.clip(np.minimum(lo + s, i + 1) - np.maximum(lo, i), 0.0, None) / s
+    taps = int((weights > 0).sum(axis=1).max())
+    index = np.zeros((n_out, taps), dtype=np.intp)
+    tap_weights = np.zeros((n_out, taps))
+    for o, row in enumerate(weights):
+        nz = np.flatnonzero(row)
+        index[o, : len(nz)], tap_weights[o, : len(nz)] = nz, row[nz]
+    return index, tap_weights
 
 
 def area_resize(img: np.ndarray, size: int) -> np.ndarray:
@@ -196,7 +203,8 @@ def area_resize(img: np.ndarray, size: int) -> np.ndarray:
     ``INTER_AREA`` when shrinking. OpenCV has two paths and so do we: whole-number factors sum
     each block in integers (2x2 blocks round half up, others scale by a float32 ``1/area``);
     other factors weight each pixel by its overlap and round to nearest even. Enlarging averages
-    boxes too (OpenCV interpolates there; portraits are only ever shrunk)."""
+    boxes too (OpenCV interpolates there; portraits are only ever shrunk). A few taps per output
+    pixel, no matrix product: BLAS threads would fight the decoding pool."""
     h, w, c = img.shape
     if h % size == 0 and w % size == 0:
         fy, fx = h // size, w // size
@@ -204,8 +212,10 @@ def area_resize(img: np.ndarray, size: int) -> np.ndarray:
         if fy * fx == 4:
             return ((sums + 2) >> 2).astype(np.uint8)
         return np.rint(sums.astype(np.float32) * np.float32(1.0 / (fy * fx))).clip(0, 255).astype(np.uint8)
-    rows = _area_weights(h, size) @ img.reshape(h, w * c).astype(np.float64)  # (size, w*c)
-    out = np.einsum("pj,ojc->opc", _area_weights(w, size), rows.reshape(size, w, c))
+    rows_at, rows_w = _area_taps(h, size)
+    cols_at, cols_w = _area_taps(w, size)
+    rows = (img[rows_at] * rows_w[:, :, None, None]).sum(axis=1)           # (size, w, c)
+    out = (rows[:, cols_at] * cols_w[None, :, :, None]).sum(axis=2)          # (size, size, c)
     return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
