@@ -34,7 +34,8 @@ def main() -> int:
     warnings.simplefilter("ignore")  # PIL's DecompressionBombWarning is part of the input here
 
     figures, failed = {}, False
-    head = f"{'format':<16}{'files':>6}{'mutated':>8}{'read':>7}{'kept':>7}{'dropped':>8}{'refused':>8}{'crashes':>8}{'s':>6}"
+    head = (f"{'format':<16}{'files':>6}{'mutated':>8}{'read':>7}{'kept':>7}{'dropped':>8}{'unsampled':>10}"
+            f"{'refused':>8}{'crashes':>8}{'s':>6}")
     print(head)
     with tempfile.TemporaryDirectory(prefix="driftmatrix-fuzz-") as tmp:
         for fmt in args.formats.split(","):
@@ -43,7 +44,7 @@ def main() -> int:
             s["seconds"] = round(time.perf_counter() - t0, 1)
             figures[fmt] = s
             print(f"{fmt:<16}{s['files']:>6}{s['mutated']:>8}{s['read']:>7}{s['kept']:>7}{s['dropped']:>8}"
-                  f"{s['rejected_files']:>8}{s['crashes']:>8}{s['seconds']:>6}")
+                  f"{s['not_sampled']:>10}{s['rejected_files']:>8}{s['crashes']:>8}{s['seconds']:>6}")
             for problem in s["problems"]:
                 print(f"  PROBLEM {problem}")
             failed |= bool(s["crashes"] or s["problems"])
