@@ -51,8 +51,9 @@ EMPTY = "empty input"
 TOO_LARGE = "oversized input"
 BAD_MEMBER = "unreadable archive member"
 UNREADABLE = "unreadable rest of file"  # truncated gzip / archive / Parquet: the rest is one drop
+NOT_IMAGE = "not an image file"
 REASONS = (UNPARSEABLE, MISSING, BAD_TIME, OUT_OF_SCOPE, BAD_LABEL, BAD_IMAGE, BAD_TYPE, DUPLICATE, EMPTY,
-           TOO_LARGE, BAD_MEMBER, UNREADABLE, "not an image file")
+           TOO_LARGE, BAD_MEMBER, UNREADABLE, NOT_IMAGE)
 BOM = b"\xef\xbb\xbf"
 # a compressed stream that ends early or holds garbage (a plain I/O error still propagates)
 STREAM_ERRORS: tuple[type[Exception], ...] = (EOFError, gzip.BadGzipFile, zlib.error)

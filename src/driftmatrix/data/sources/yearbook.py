@@ -37,7 +37,8 @@ from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 import numpy as np
 
-from driftmatrix.data.jsonl import BAD_IMAGE, BAD_MEMBER, BAD_TIME, TOO_LARGE, UNREADABLE, Drop, error_text
+from driftmatrix.data.jsonl import (BAD_IMAGE, BAD_MEMBER, BAD_TIME, NOT_IMAGE, TOO_LARGE, UNREADABLE, Drop,
+                                    error_text)
 from driftmatrix.data.sources.common import FIRST_YEAR, LAST_YEAR, TableBuilder, take_options
 from driftmatrix.data.table import DataError, DatasetMeta, IngestReport, IngestResult
 
@@ -46,7 +47,6 @@ YEAR_RE = re.compile(r"^(\d{4})_")
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}
 MAX_DEPTH = 2  # folders allowed above F/ and M/
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
-NOT_IMAGE = "not an image file"
 DEFAULTS: dict[str, Any] = {
     "workers": 0,              # decoding threads; 0 = every core this process may use
     "window": 64,              # images in flight at most
