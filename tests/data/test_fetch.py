@@ -24,6 +24,11 @@ class Handler(BaseHTTPRequestHandler):
         if self.path.startswith("/missing"):
             self.send_error(404)
             return
+        if self.path.startswith("/to-ftp"):  # a server that tries to move the download off http(s)
+            self.send_response(302)
+            self.send_header("Location", "ftp://127.0.0.1/x.jsonl.gz")
+            self.end_headers()
+            return
         start = 0
         rng = self.headers.get("Range")
         type(self).ranges.append(rng)
@@ -111,3 +116,55 @@ def test_source_table_and_manual_steps(tmp_path):
     assert "kaggle datasets download -d Cornell-University/arxiv" in "\n".join(lines)
     with pytest.raises(FetchError, match="unknown dataset"):
         fetch("imagenet")
+
+
+# --- security: URL schemes, file names, archive members ------------------------------------------
+@pytest.mark.parametrize("url", ["ftp://example.org/x.jsonl.gz", "gopher://h/x", "data:text/plain,hi",
+                                 "javascript:alert(1)", "/etc/passwd", "x.jsonl.gz"])
+def test_only_http_https_and_file_urls(tmp_path, url):
+    with pytest.raises(FetchError, match="only http://, https:// and file:// URLs"):
+        fetch("amazon", tmp_path / "amazon", url=url, progress=False, echo=lambda _: None)
+    with pytest.raises(FetchError, match="only http://, https:// and file:// URLs"):
+        download(url, tmp_path / "x.bin", progress=False)
+    assert not any(tmp_path.rglob("*.part"))
+
+
+def test_redirect_to_ftp_is_refused(server, tmp_path):
+    with pytest.raises(FetchError, match="refused redirect to 'ftp://"):
+        download(f"{server}/to-ftp", tmp_path / "x.bin", progress=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_file_url_is_fetched_and_recorded(tmp_path):
+    src = tmp_path / "src" / "Local_Cat.jsonl.gz"
+    src.parent.mkdir()
+    src.write_bytes(PAYLOAD)
+    paths = fetch("amazon", tmp_path / "amazon", url=src.as_uri(), progress=False, echo=lambda _: None)
+    assert paths == [tmp_path / "amazon" / "Local_Cat.jsonl.gz"] and paths[0].read_bytes() == PAYLOAD
+
+
+@pytest.mark.parametrize("category", ["../../x", "/etc/cron.d/x", "a/b", "..", ".hidden", "", "x\0y"])
+def test_traversing_category_is_refused(tmp_path, category):
+    with pytest.raises(FetchError, match="category .* is not a plain name"):
+        fetch("amazon", tmp_path / "data" / "amazon", categories=[category], progress=False, echo=lambda _: None)
+    assert list(tmp_path.rglob("*")) == []
+
+
+@pytest.mark.parametrize("tail, name", [
+    ("..", "yearbook"), ("%2e%2e", "yearbook"), ("..%2F..%2Fescape.txt", "escape.txt"),
+    ("a%2F..%2F..%2Fx.tar.gz", "x.tar.gz"), ("we%20ird%3Fname.zip?dl=1", "we_ird_name.zip"), ("", "yearbook"),
+    ("...", "yearbook"), (".bashrc", "bashrc"),
+])
+def test_url_tail_becomes_a_sanitised_basename(server, tmp_path, tail, name):
+    dest = tmp_path / "data" / "yearbook"
+    paths = fetch("yearbook", dest, url=f"{server}/dir/{tail}", progress=False, echo=lambda _: None)
+    assert paths == [dest / name] and paths[0].read_bytes() == PAYLOAD
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()) == sorted([
+        f"data/yearbook/{name}", "data/yearbook/fetch.json"])
+
+
+def test_safe_name_unit():
+    assert fetch_mod.safe_name("../../etc/passwd") == "passwd"
+    assert fetch_mod.safe_name("All_Beauty.jsonl.gz") == "All_Beauty.jsonl.gz"
+    assert fetch_mod.safe_name("..", default="d") == "d"
+    assert fetch_mod.safe_name("x" * 400).startswith("x") and len(fetch_mod.safe_name("x" * 400)) <= 200

@@ -3,6 +3,10 @@ verified (sha256 when known, else the announced size), recorded (``fetch.json``:
 
 All source URLs live in :data:`SOURCES`. Datasets behind a login (arXiv on Kaggle) print the exact
 manual steps instead.
+
+Only ``http(s)://`` and ``file://`` URLs are fetched (redirects only to ``http(s)://``), and every
+file name is a sanitised basename (:func:`safe_name`): a ``--category`` or a URL can never name a
+path outside the dataset folder.
 """
 
 from __future__ import annotations
@@ -11,8 +15,10 @@ import hashlib
 import http.client
 import json
 import logging
+import re
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,8 +38,42 @@ YEARBOOK_URL = f"https://www.dropbox.com/s/ubjjoo0b2wz4vgz/{YEARBOOK_FILE}?dl=1"
 ARXIV_FILE = "arxiv-metadata-oai-snapshot.json"
 
 
+SCHEMES = ("http", "https", "file")
+MAX_NAME = 200
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
+_CATEGORY = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+
 class FetchError(DataError):
     """A download failed or did not verify; the message says what to do next."""
+
+
+def check_url(url: str) -> str:
+    """``url`` if its scheme is http, https or file, else FetchError."""
+    scheme = urllib.parse.urlsplit(url).scheme.lower()
+    if scheme not in SCHEMES:
+        raise FetchError(f"{url[:100]!r}: only http://, https:// and file:// URLs are fetched "
+                         f"(scheme {scheme or 'none'!r})")
+    return url
+
+
+def safe_name(name: str, default: str = "download") -> str:
+    """A file name that stays inside its folder: the last path part, characters other than letters,
+    digits, ``.``, ``_`` and ``-`` replaced by ``_``, no leading dot, at most 200 characters."""
+    base = _UNSAFE.sub("_", name.replace("\\", "/").rsplit("/", 1)[-1]).lstrip(".")[:MAX_NAME]
+    return base or default
+
+
+def url_basename(url: str, default: str) -> str:
+    """The sanitised last part of a URL's (percent-decoded) path; ``default`` when it has none."""
+    return safe_name(urllib.parse.unquote(urllib.parse.urlsplit(url).path), default)
+
+
+def check_category(category: str) -> str:
+    if not _CATEGORY.fullmatch(category) or ".." in category or len(category) > MAX_NAME:
+        raise FetchError(f"category {category!r} is not a plain name (letters, digits, '_', '-', '.'; "
+                         "e.g. All_Beauty)")
+    return category
 
 
 @dataclass(frozen=True)
@@ -55,7 +95,7 @@ class Source:
 
 
 def amazon_files(categories: Iterable[str] = AMAZON_PAPER_CATEGORIES) -> tuple[Remote, ...]:
-    return tuple(Remote(f"{c}.jsonl.gz", AMAZON_URL.format(category=c)) for c in categories)
+    return tuple(Remote(f"{c}.jsonl.gz", AMAZON_URL.format(category=c)) for c in map(check_category, categories))
 
 
 SOURCES: dict[str, Source] = {
@@ -89,11 +129,23 @@ def sha256_of(path: Path) -> str:
     return h.hexdigest()
 
 
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """Follow a redirect only to http(s) (urllib's default also follows ftp://)."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        if urllib.parse.urlsplit(newurl).scheme.lower() not in ("http", "https"):
+            raise FetchError(f"{req.full_url}: refused redirect to {newurl[:100]!r} (only http(s) redirects)")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+_OPENER = urllib.request.build_opener(_HttpOnlyRedirects)
+
+
 def _open(url: str, offset: int, timeout: float):
     headers = {"User-Agent": "driftmatrix-fetch"}
     if offset:
         headers["Range"] = f"bytes={offset}-"
-    return urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout)
+    return _OPENER.open(urllib.request.Request(check_url(url), headers=headers), timeout=timeout)
 
 
 def _bar(total: int | None, initial: int, name: str, progress: bool):
@@ -106,6 +158,7 @@ def _bar(total: int | None, initial: int, name: str, progress: bool):
 def download(url: str, dest: Path, sha256: str | None = None, size: int | None = None,
              progress: bool = True, timeout: float = 60.0) -> Path:
     """Fetch ``url`` to ``dest`` via ``dest.part``, resuming a partial ``.part`` with an HTTP Range."""
+    check_url(url)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
@@ -173,7 +226,7 @@ def fetch(dataset: str, dest: str | Path | None = None, url: str | None = None, 
     source = SOURCES[dataset]
     dest_dir = Path(dest or Path("data") / dataset)
     if url is not None:
-        remotes: tuple[Remote, ...] = (Remote(url.rstrip("/").split("/")[-1].split("?")[0] or dataset, url, sha256),)
+        remotes: tuple[Remote, ...] = (Remote(url_basename(check_url(url), dataset), url, sha256),)
     elif dataset == "amazon" and categories:
         remotes = amazon_files(categories)
     else:
@@ -186,7 +239,9 @@ def fetch(dataset: str, dest: str | Path | None = None, url: str | None = None, 
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     done = []
     for remote in remotes:
-        target = dest_dir / remote.file
+        target = dest_dir / safe_name(remote.file, dataset)
+        if target.resolve().parent != dest_dir.resolve():  # pragma: no cover - safe_name guarantees it
+            raise FetchError(f"{remote.file!r}: refusing to write outside {dest_dir}")
         known = manifest.get(remote.file, {})
         if target.exists() and known.get("size") == target.stat().st_size and (
                 remote.sha256 is None or known.get("sha256") == remote.sha256):

@@ -12,7 +12,9 @@ from __future__ import annotations
 import gzip
 import logging
 import os
+import re
 import sys
+import zlib
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -27,7 +29,7 @@ except ImportError:  # pragma: no cover
     import json
 
     _loads = json.loads
-    _JSONError = (ValueError, UnicodeDecodeError)
+    _JSONError = (ValueError, UnicodeDecodeError, RecursionError)  # RecursionError: deep nesting
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +45,18 @@ BAD_TIME = "bad timestamp"
 OUT_OF_SCOPE = "out-of-scope date"
 BAD_LABEL = "label outside the set"
 BAD_IMAGE = "undecodable image"
+BAD_TYPE = "wrong type"
 DUPLICATE = "duplicate id"
 EMPTY = "empty input"
+TOO_LARGE = "oversized input"
+BAD_MEMBER = "unreadable archive member"
+UNREADABLE = "unreadable rest of file"  # truncated gzip / archive / Parquet: the rest is one drop
+NOT_IMAGE = "not an image file"
+REASONS = (UNPARSEABLE, MISSING, BAD_TIME, OUT_OF_SCOPE, BAD_LABEL, BAD_IMAGE, BAD_TYPE, DUPLICATE, EMPTY,
+           TOO_LARGE, BAD_MEMBER, UNREADABLE, NOT_IMAGE)
+BOM = b"\xef\xbb\xbf"
+# a compressed stream that ends early or holds garbage (a plain I/O error still propagates)
+STREAM_ERRORS: tuple[type[Exception], ...] = (EOFError, gzip.BadGzipFile, zlib.error)
 
 
 class Drop(Exception):
@@ -57,6 +69,24 @@ class Drop(Exception):
     def describe(self) -> str:
         where = f"field {self.field!r}" if self.field else ""
         return ": ".join(p for p in (where, self.detail) if p)
+
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+class Unreadable(Exception):
+    """The rest of a stream cannot be read: the caller counts it as one drop at ``lineno``."""
+
+    def __init__(self, lineno: int, detail: str) -> None:
+        super().__init__(detail)
+        self.lineno, self.detail = lineno, detail
+
+
+def error_text(exc: BaseException, limit: int = 100) -> str:
+    """``Type: first line of the message`` (the type says more than an empty message), without
+    memory addresses so that reports are reproducible."""
+    msg = _ADDRESS.sub("", str(exc).splitlines()[0])[:limit] if str(exc).strip() else ""
+    return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 
 
 def is_gzip(path: Path) -> bool:
@@ -94,17 +124,23 @@ class _Progress:
 
 
 def iter_lines(path: str | Path, progress: bool = True) -> Iterator[tuple[int, bytes]]:
-    """``(line number, raw bytes)`` of every non-blank line of a plain or gzip file."""
+    """``(line number, raw bytes)`` of every non-blank line of a plain or gzip file (a leading
+    UTF-8 byte-order mark is removed); raises :class:`Unreadable` where a gzip stream breaks."""
     path = Path(path)
     raw = open(path, "rb")
     stream = gzip.GzipFile(fileobj=raw) if is_gzip(path) else raw
     bar = _Progress(path, progress)
+    lineno = 0
     try:
         for lineno, line in enumerate(stream, 1):
             if lineno % _PROGRESS_CHUNK == 0:
                 bar.update(raw.tell(), lineno)
+            if lineno == 1 and line.startswith(BOM):
+                line = line[len(BOM):]
             if line.strip():
                 yield lineno, line
+    except STREAM_ERRORS as exc:
+        raise Unreadable(lineno + 1, error_text(exc)) from None
     finally:
         bar.close()
         stream.close()
@@ -115,18 +151,27 @@ def stream_jsonl(path: str | Path, report: IngestReport, label: str | None = Non
                  progress: bool = True) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(file:line, object)`` for each JSON-object line; counts reads, drops unparseable lines."""
     label = label or Path(path).name
-    for lineno, line in iter_lines(path, progress):
-        report.read += 1
-        loc = f"{label}:{lineno}"
-        try:
-            obj = _loads(line)
-        except _JSONError as exc:
-            report.drop(UNPARSEABLE, loc, str(exc).splitlines()[0][:100])
-            continue
-        if not isinstance(obj, dict):
-            report.drop(UNPARSEABLE, loc, f"expected a JSON object, got {type(obj).__name__}")
-            continue
-        yield loc, obj
+    try:
+        for lineno, line in iter_lines(path, progress):
+            report.read += 1
+            loc = f"{label}:{lineno}"
+            try:
+                obj = _loads(line)
+            except _JSONError as exc:
+                report.drop(UNPARSEABLE, loc, (str(exc).splitlines() or [type(exc).__name__])[0][:100])
+                continue
+            if not isinstance(obj, dict):
+                report.drop(UNPARSEABLE, loc, f"expected a JSON object, got {type(obj).__name__}")
+                continue
+            yield loc, obj
+    except Unreadable as exc:
+        count_unreadable(report, f"{label}:{exc.lineno}", exc.detail)
+
+
+def count_unreadable(report: IngestReport, loc: str, detail: str) -> None:
+    """The unreadable rest of a file is read once and dropped once (read = kept + dropped holds)."""
+    report.read += 1
+    report.drop(UNREADABLE, loc, detail)
 
 
 def parse_records(records: Iterable[tuple[str, Any]], parse: Callable[[Any], T],

@@ -16,9 +16,10 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Iterator, NamedTuple
 
-from driftmatrix.data.jsonl import BAD_LABEL, BAD_TIME, DUPLICATE, EMPTY, MISSING, Drop, parse_records, stream_jsonl
+from driftmatrix.data.jsonl import (BAD_LABEL, BAD_TIME, BAD_TYPE, DUPLICATE, EMPTY, MISSING, Drop, parse_records,
+                                    stream_jsonl)
 from driftmatrix.data.sources.common import (PeriodClock, TableBuilder, as_list, end_of_scope, join_inputs,
-                                             parse_date, take_options)
+                                             parse_date, preview, take_options)
 from driftmatrix.data.sources.sampling import StratifiedSampler
 from driftmatrix.data.table import DataError, DatasetMeta, IngestReport, IngestResult
 
@@ -92,15 +93,18 @@ def parse_review(obj: dict[str, Any], category: str, scope: Scope) -> Review:
     for name in ("user_id", "asin", "timestamp", "rating"):
         if obj.get(name) is None:
             raise Drop(MISSING, name)
+    for name in ("user_id", "asin"):  # parts of the record id: a JSON string (or a plain integer)
+        if type(obj[name]) is not str and (type(obj[name]) is not int or obj[name].bit_length() > 64):
+            raise Drop(BAD_TYPE, name, f"{preview(obj[name])} is not a string")
     ts = obj["timestamp"]
     if type(ts) is not int:
         if isinstance(ts, bool) or not isinstance(ts, float) or ts != ts or abs(ts) > 1e15:
-            raise Drop(BAD_TIME, "timestamp", f"{str(ts)[:40]!r} is not epoch milliseconds")
+            raise Drop(BAD_TIME, "timestamp", f"{preview(ts)} is not epoch milliseconds")
         ts = int(ts)
     period = scope.clock.label(ts, "timestamp")
     rating = obj["rating"]
-    if rating not in RATINGS or isinstance(rating, bool) or not isinstance(rating, (int, float)):
-        raise Drop(BAD_LABEL, "rating", f"{str(rating)[:20]!r} not in 1-5")
+    if isinstance(rating, bool) or not isinstance(rating, (int, float)) or rating not in RATINGS:
+        raise Drop(BAD_LABEL, "rating", f"{preview(rating, 20)} not in 1-5")
     text = obj.get("text")
     if scope.input_fields == ("text",) and type(text) is str:  # fast path for the default input
         text = text.strip()
@@ -121,8 +125,10 @@ def _reviews(files: list[tuple[str, Path]], root: Path, scope: Scope, report: In
 
 def _sample(files, root, scope, report, progress, sampler: StratifiedSampler) -> StratifiedSampler:
     for loc, r in _reviews(files, root, scope, report, progress):
-        if not sampler.offer((r.period, r.rating), r.id, (loc, r)):
+        if not sampler.offer((r.period, r.rating), r.id, (loc, r), tag=loc):
             report.drop(DUPLICATE, loc, f"field 'id': {r.id!r} seen before")
+    for rid, loc in sampler.flush():  # duplicates of records already pruned from the pool
+        report.drop(DUPLICATE, loc, f"field 'id': {rid!r} seen before")
     return sampler
 
 
@@ -144,7 +150,7 @@ def read_amazon(path: str | Path, name: str = "amazon-reviews-2023", strict: boo
         builder = TableBuilder(("label",), report)
         for loc, r in _reviews(files, root, scope, report, progress):
             builder.add(loc, r.id, _utc(r.ms), r.period, {"label": float(r.rating)}, r.text)
-        return _result(builder, name, scope, report)
+        return _result(builder, name, scope, report, files)
 
     try:
         sampler = StratifiedSampler(size, seed, opts["allocation"])
@@ -166,16 +172,18 @@ def read_amazon(path: str | Path, name: str = "amazon-reviews-2023", strict: boo
     builder = TableBuilder(("label",), report)
     for _, (loc, r) in sorted(picked, key=lambda sp: (sp[1][1].ms, sp[1][1].id)):
         builder.add(loc, r.id, _utc(r.ms), r.period, {"label": float(r.rating)}, r.text)
-    return _result(builder, name, scope, report)
+    return _result(builder, name, scope, report, files)
 
 
 def _utc(t_ms: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=t_ms)
 
 
-def _result(builder: TableBuilder, name: str, scope: Scope, report: IngestReport) -> IngestResult:
+def _result(builder: TableBuilder, name: str, scope: Scope, report: IngestReport,
+            files: list[tuple[str, Path]]) -> IngestResult:
     if not len(builder):
-        raise DataError(f"amazon reader: no review kept ({report.summary()})")
+        read = ", ".join(str(p) for _, p in files)
+        raise DataError(f"amazon reader: no review kept from {read} ({report.summary()})")
     table = builder.frame(label_dtype="float64").sort_values(["timestamp", "id"], kind="stable")
     table = table.reset_index(drop=True)
     meta = DatasetMeta(name=name, task="regression", input_kind="text", label_columns=("label",),

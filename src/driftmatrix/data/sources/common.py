@@ -3,16 +3,37 @@
 from __future__ import annotations
 
 import math
+import numbers
 from bisect import bisect_right
 from datetime import date, datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
-from driftmatrix.data.jsonl import BAD_TIME, DUPLICATE, EMPTY, MISSING, OUT_OF_SCOPE, Drop
+from driftmatrix.data.jsonl import BAD_TIME, BAD_TYPE, DUPLICATE, EMPTY, MISSING, OUT_OF_SCOPE, Drop
 from driftmatrix.data.table import DataError, IngestReport
 from driftmatrix.periods import PERIOD_MONTHS, month_label
 
 PERIODS = tuple(PERIOD_MONTHS)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# The normalised table stores pandas datetime64[ns]: whole years inside its range are kept
+# (pd.Timestamp.min is 1677-09-21, max 2262-04-11); anything outside is a bad timestamp.
+FIRST_YEAR, LAST_YEAR = 1678, 2261
+TIME_MIN = datetime(FIRST_YEAR, 1, 1, tzinfo=timezone.utc)
+TIME_STOP = datetime(LAST_YEAR + 1, 1, 1, tzinfo=timezone.utc)
+_SPAN = f"[{TIME_MIN.date()}, {TIME_STOP.date()})"
+
+
+def preview(value: Any, limit: int = 40) -> str:
+    """``repr`` of the first ``limit`` characters of ``str(value)`` for a drop message; never
+    fails (``str`` of an integer over 4,300 digits raises, so such a number is described)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        sign = "-" if value < 0 else ""
+        return f"<{sign}integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+    try:
+        text = str(value)
+    except Exception:  # noqa: BLE001 - an object whose str() fails is named by its type
+        text = f"<{type(value).__name__}>"
+    return repr(text[:limit])
 
 
 def take_options(reader: str, options: Mapping[str, Any], defaults: Mapping[str, Any]) -> dict[str, Any]:
@@ -74,17 +95,21 @@ def parse_time(value: Any, fmt: str = "auto", field: str = "timestamp") -> datet
     """Parse an epoch (s or ms), ISO-8601 string or plain year; raises Drop(bad timestamp)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         raise Drop(MISSING, field)
-    if isinstance(value, bool):
-        raise Drop(BAD_TIME, field, f"{value!r} is not a time")
-    num: float | None = None
-    if isinstance(value, (int, float)):
-        num = float(value)
-    elif fmt != "iso":
-        try:
-            num = float(str(value).strip())
-        except ValueError:
-            num = None
+    if isinstance(value, bool) or not isinstance(value, (numbers.Real, Decimal, str, datetime, date)):
+        raise Drop(BAD_TIME, field, f"{preview(value)} ({type(value).__name__}) is not a time")
     try:
+        if isinstance(value, datetime):
+            return value.astimezone(timezone.utc) if value.tzinfo else value.replace(tzinfo=timezone.utc)
+        if isinstance(value, date):
+            return datetime(value.year, value.month, value.day, tzinfo=timezone.utc)
+        num: float | None = None
+        if not isinstance(value, str):
+            num = float(value)  # OverflowError for an integer beyond the float range
+        elif fmt != "iso":
+            try:
+                num = float(value.strip())
+            except ValueError:
+                num = None
         if num is not None and fmt != "iso":
             if math.isnan(num) or math.isinf(num):
                 raise ValueError("not finite")
@@ -96,10 +121,16 @@ def parse_time(value: Any, fmt: str = "auto", field: str = "timestamp") -> datet
             return from_epoch(num, unit)
         if fmt in ("s", "ms", "year"):
             raise ValueError(f"expected a number ({fmt})")
-        d = datetime.fromisoformat(str(value).strip())
+        d = datetime.fromisoformat(value.strip())
         return d.astimezone(timezone.utc) if d.tzinfo else d.replace(tzinfo=timezone.utc)
     except (ValueError, OverflowError, OSError) as exc:
-        raise Drop(BAD_TIME, field, f"{str(value)[:40]!r}: {exc}") from None
+        raise Drop(BAD_TIME, field, f"{preview(value)}: {exc}") from None
+
+
+def check_representable(t: datetime, field: str) -> None:
+    """Raise Drop(bad timestamp) for an instant the normalised table cannot hold."""
+    if not TIME_MIN <= t < TIME_STOP:
+        raise Drop(BAD_TIME, field, f"{t.isoformat()} outside the representable range {_SPAN}")
 
 
 def period_label(t: datetime, period: str) -> str:
@@ -109,7 +140,9 @@ def period_label(t: datetime, period: str) -> str:
 
 
 def check_scope(t: datetime, start: datetime | None, stop: datetime | None, field: str) -> None:
-    """Raise Drop(out-of-scope date) unless ``start <= t < stop``."""
+    """Raise Drop(out-of-scope date) unless ``start <= t < stop``; Drop(bad timestamp) for a time
+    the table cannot hold, whatever the scope."""
+    check_representable(t, field)
     if (start is not None and t < start) or (stop is not None and t >= stop):
         lo = start.date().isoformat() if start else "-inf"
         hi = stop.date().isoformat() if stop else "+inf"
@@ -132,8 +165,8 @@ def join_inputs(raw: Mapping[str, Any], fields: Iterable[str], sep: str = "\n\n"
         if name not in raw or raw[name] is None:
             raise Drop(MISSING, name)
         value = raw[name]
-        if isinstance(value, (dict, list)):
-            raise Drop(MISSING, name, f"expected text, got {type(value).__name__}")
+        if isinstance(value, (dict, list, tuple, bytes, bytearray)):
+            raise Drop(BAD_TYPE, name, f"expected text, got {type(value).__name__}")
         text = clean_text(value) if normalise else str(value).strip()
         if text:
             parts.append(text)
@@ -193,13 +226,15 @@ _STEP_MONTHS = {"year": 12, "half-year": 6, "quarter": 3, "month": 1}
 
 class PeriodClock:
     """Period labels of epoch-millisecond instants in ``[start, stop)`` by bisection (fast path for
-    large inputs: no datetime object per record)."""
+    large inputs: no datetime object per record). The scope is cut to the representable range."""
 
     def __init__(self, start: datetime, stop: datetime, period: str) -> None:
         if period not in _STEP_MONTHS:
             raise DataError(f"period {period!r} not in {PERIODS}")
         step = _STEP_MONTHS[period]
         self.period = period
+        self.scope = (_ms(start), _ms(stop))  # as asked: an instant outside it is out of scope
+        start, stop = max(start, TIME_MIN), min(stop, TIME_STOP)
         t = datetime(start.year, (start.month - 1) // step * step + 1, 1, tzinfo=timezone.utc)
         self.start_ms, self.stop_ms = _ms(start), _ms(stop)
         self.bounds = f"[{_iso(self.start_ms)}, {_iso(self.stop_ms)})"
@@ -212,8 +247,12 @@ class PeriodClock:
             t = t.replace(year=t.year + month // 12, month=month % 12 + 1)
 
     def label(self, t_ms: int, field: str) -> str:
-        """Label of ``t_ms``, or Drop(out-of-scope date) outside ``[start, stop)``."""
+        """Label of ``t_ms``; Drop(out-of-scope date) outside ``[start, stop)``, Drop(bad timestamp)
+        for an instant no table can hold (e.g. an epoch in microseconds)."""
         if not self.start_ms <= t_ms < self.stop_ms:
+            if self.scope[0] <= t_ms < self.scope[1] or not _DATETIME_MS[0] <= t_ms < _DATETIME_MS[1]:
+                raise Drop(BAD_TIME, field, f"{preview(t_ms)} ms is outside the representable range {_SPAN} "
+                                            "(an epoch in micro- or nanoseconds?)")
             t = _EPOCH + timedelta(milliseconds=t_ms)
             raise Drop(OUT_OF_SCOPE, field, f"{t.isoformat()} outside {self.bounds}")
         return self.labels[bisect_right(self.starts, t_ms) - 1]
@@ -225,3 +264,6 @@ def _ms(t: datetime) -> int:
 
 def _iso(t_ms: int) -> str:
     return (_EPOCH + timedelta(milliseconds=t_ms)).date().isoformat()
+
+
+_DATETIME_MS = (_ms(datetime.min.replace(tzinfo=timezone.utc)), _ms(datetime.max.replace(tzinfo=timezone.utc)))

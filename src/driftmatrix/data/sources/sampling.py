@@ -20,9 +20,15 @@ Quotas (how many of the ``size`` records each stratum gets) follow an allocation
   fall as more records arrive, so a stratum never needs more than ``L + 1`` candidates and the
   candidate set stays at about ``size + #strata`` records.
 
-Memory is one heap per stratum of at most its cap, so it is bounded by the sample, not the input.
-Duplicates are found among the candidates (same id = same priority, so a duplicate of a record
-that was already pruned can never be sampled either; it is only counted in ``n_s``).
+Memory is one heap per stratum of at most its cap, so it is bounded by the sample, not the input,
+plus 8 bytes per record offered for duplicate detection. A duplicate of a candidate is refused at
+once (:meth:`StratifiedSampler.offer` returns False). A duplicate of a record already pruned from
+the pool can never be sampled either (same id = same priority, and the pool's threshold only
+falls), but it must not count in ``n_s`` and must be reported: every offered id leaves a 64-bit
+fingerprint (its priority) in a sorted array, merged in batches of ``flush_every``, and
+:meth:`StratifiedSampler.flush` returns the duplicates found since the last call and takes them
+out of the counts. Two different ids share a fingerprint with probability about
+``n^2 / 2^65`` (1e-4 for 55 million reviews): such a pair is reported as a duplicate.
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ import heapq
 from functools import lru_cache
 from collections import Counter
 from typing import Any, Hashable, Mapping
+
+import numpy as np
 
 ALLOCATIONS = ("proportional", "equal")
 
@@ -92,7 +100,7 @@ class StratifiedSampler:
 
     def __init__(self, size: int, seed: int, allocation: str = "proportional",
                  quotas: Mapping[Hashable, int] | None = None, recheck_every: int = 8192,
-                 headroom: float = 1.25) -> None:
+                 headroom: float = 1.25, flush_every: int = 1 << 18) -> None:
         if allocation not in ALLOCATIONS:
             raise ValueError(f"allocation {allocation!r} not in {ALLOCATIONS}")
         self.size, self.seed, self.allocation = size, seed, allocation
@@ -106,6 +114,11 @@ class StratifiedSampler:
         self.counts: Counter = Counter()
         self.level: int | None = None  # equal allocation: current water level (None = no cap yet)
         self._since = 0
+        self.seen = np.empty(0, dtype=np.uint64)  # sorted fingerprints of the ids offered so far
+        self.flush_every = flush_every
+        self._pending: list[int] = []
+        self._pending_meta: list[tuple[Hashable, str, Any]] = []
+        self._late: list[tuple[str, Any]] = []
 
     def cap(self, stratum: Hashable) -> int | None:
         if self.pooled:
@@ -114,12 +127,17 @@ class StratifiedSampler:
             return self.fixed.get(stratum, 0)
         return None if self.level is None else self.level + 1
 
-    def offer(self, stratum: Hashable, rid: str, payload: Any) -> bool:
-        """Consider one valid record; False if its id is already a candidate (a duplicate)."""
+    def offer(self, stratum: Hashable, rid: str, payload: Any, tag: Any = None) -> bool:
+        """Consider one valid record; False if its id is already a candidate (a duplicate). A
+        duplicate of a pruned record is returned later by :meth:`flush`, with its ``tag``."""
         if rid in self.members:
             return False
         self.counts[stratum] += 1
         h = priority(self.seed, rid)
+        self._pending.append(h)
+        self._pending_meta.append((stratum, rid, tag))
+        if len(self._pending) >= self.flush_every:
+            self._merge()
         key = None if self.pooled else stratum
         heap = self.heaps.get(key)
         if heap is None:
@@ -138,6 +156,31 @@ class StratifiedSampler:
                 self._trim()
         return True
 
+    def flush(self) -> list[tuple[str, Any]]:
+        """``(id, tag)`` of the duplicates found since the last call (not counted in ``counts``)."""
+        self._merge()
+        late, self._late = self._late, []
+        return late
+
+    def _merge(self) -> None:
+        if not self._pending:
+            return
+        h = np.array(self._pending, dtype=np.uint64)
+        order = np.argsort(h, kind="stable")
+        dup = np.zeros(len(h), dtype=bool)
+        dup[order[1:][h[order[1:]] == h[order[:-1]]]] = True  # repeats inside the batch (first kept)
+        if len(self.seen):
+            at = np.minimum(np.searchsorted(self.seen, h), len(self.seen) - 1)
+            dup |= self.seen[at] == h
+        for i in np.flatnonzero(dup):
+            stratum, rid, tag = self._pending_meta[i]
+            self.counts[stratum] -= 1
+            self._late.append((rid, tag))
+        # two sorted runs: the stable sort (timsort) merges them in linear time, in place
+        self.seen = np.concatenate([self.seen, np.unique(h[~dup])])
+        self.seen.sort(kind="stable")
+        self._pending, self._pending_meta = [], []
+
     def _trim(self) -> None:
         self._since = 0
         self.level = equal_level(self.counts, self.size)
@@ -153,6 +196,7 @@ class StratifiedSampler:
 
     @property
     def offered(self) -> int:
+        self._merge()
         return sum(self.counts.values())
 
     def _by_stratum(self) -> dict[Hashable, list[tuple[int, str, Any]]]:
@@ -165,6 +209,7 @@ class StratifiedSampler:
         return out
 
     def quotas(self) -> dict[Hashable, int]:
+        self._merge()
         if self.fixed is not None:
             return dict(self.fixed)
         if self.allocation == "proportional":
@@ -178,6 +223,7 @@ class StratifiedSampler:
 
     def result(self) -> list[tuple[Hashable, Any]]:
         """The sample as ``(stratum, payload)``, strata in order, by priority within a stratum."""
+        self._merge()
         quotas = self.quotas()
         by = self._by_stratum()
         return [(s, payload) for s in sorted(by) for _, _, payload in by[s][:quotas.get(s, 0)]]
