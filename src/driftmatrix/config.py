@@ -61,7 +61,7 @@ class TrainConfig:
     grad_clip: float | None = None
     optimizer: str = "adam"  # adam | adamw
     dropout: float | None = None  # None: the model's own default
-    precision: str = "fp32"  # fp32 (faithful default) | bf16 (mixed-precision autocast, faster)
+    precision: str = "fp32"  # fp32 | bf16 (mixed-precision autocast) | auto (bf16 where the device has bf16 units)
     window: Any = "cumulative"  # cumulative (the paper) | single | {sliding: N} (units.parse_window)
 
 

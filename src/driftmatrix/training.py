@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -33,7 +33,8 @@ def resolve_device(name: str = "auto"):
 
 
 def effective_config(params: Params, model: str) -> TrainConfig:
-    """``train`` < the model spec's own defaults (e.g. lr 1e-4 for frozen heads) < ``models.<name>``."""
+    """``train`` < the model spec's own defaults (e.g. lr 1e-4 for frozen heads) < ``models.<name>``,
+    with ``precision: auto`` resolved for this machine (the resolved value keys the units)."""
     from driftmatrix.models.registry import get
 
     from driftmatrix.units import parse_window
@@ -42,6 +43,10 @@ def effective_config(params: Params, model: str) -> TrainConfig:
     merged = {**asdict(params.train), **dict(spec.train_defaults), **dict(params.models.get(model) or {})}
     cfg = build(TrainConfig, merged, f"models.{model}")
     parse_window(cfg.window, f"models.{model}.window")  # a clear error before any work
+    if cfg.precision == "auto":  # bf16 where the device has bf16 matrix units, else fp32
+        from driftmatrix.precision import resolve_precision
+
+        cfg = replace(cfg, precision=resolve_precision(cfg.precision, resolve_device(cfg.device)))
     return cfg
 
 
