@@ -6,7 +6,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 STAMP := $(VENV)/.installed
 PARAMS ?= params.yaml
 
-.PHONY: repro install params data matrices recommend golden test bench ui exp clean-outputs help
+.PHONY: repro install params data status matrices recommend golden test bench ui exp clean-outputs help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -29,6 +29,10 @@ data: install params  ## write the built-in dataset (if missing) and track data/
 repro: data  ## run the whole pipeline on the built-in default (dvc repro)
 	dvc repro
 	@echo "Results: outputs/report/report.html, outputs/matrices/, MLflow: make ui"
+
+status: data  ## what is done, stale or missing per model, and what `make repro` would train and score
+	dvc repro -q slice
+	driftmatrix status
 
 matrices: install  ## seed-averaged matrices, summaries, plots and the HTML report
 	dvc repro matrices
