@@ -227,6 +227,7 @@ def test_tune_config_errors_name_the_key(slices):
                        ({**TUNE, "space": {"seeds": [1, 2]}}, "not tunable"),
                        ({**TUNE, "space": {"lr": {"low": 1e-3}}}, "tune.space.lr"),
                        ({**TUNE, "validation_periods": 0}, "validation_periods"),
+                       ({**TUNE, "parallel": 0}, "tune.parallel"),
                        ({**TUNE, "trials": 3}, "unknown")):
         with pytest.raises(ConfigError, match=match):
             tune.tune_config(replace(params, extra={"tune": bad}))
