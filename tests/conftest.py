@@ -55,7 +55,8 @@ def ray_cluster():
 
     # workers import test modules' functions by name, as they import driftmatrix's in real runs
     saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(Path(__file__).parent), saved) if p)
+    here = Path(__file__).parent
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(here), str(here / "features"), saved) if p)
     try:
         start_ray(RuntimeConfig(executor="ray", max_retries=2), num_cpus=2)
     except Exception as exc:  # pragma: no cover - depends on the machine

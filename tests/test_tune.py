@@ -227,6 +227,7 @@ def test_tune_config_errors_name_the_key(slices):
                        ({**TUNE, "space": {"seeds": [1, 2]}}, "not tunable"),
                        ({**TUNE, "space": {"lr": {"low": 1e-3}}}, "tune.space.lr"),
                        ({**TUNE, "validation_periods": 0}, "validation_periods"),
+                       ({**TUNE, "parallel": 0}, "tune.parallel"),
                        ({**TUNE, "trials": 3}, "unknown")):
         with pytest.raises(ConfigError, match=match):
             tune.tune_config(replace(params, extra={"tune": bad}))
@@ -247,3 +248,61 @@ def test_caveat_names_the_cutoffs_that_use_settings_chosen_on_later_data():
     assert tune.tuned_caveats(parse_params({"models": {"FFN-S": {}}})) == {}
     with pytest.raises(ConfigError, match="tuned.FFN-S needs the tuning cutoff"):
         tune.tuned_caveats(parse_params({"models": {"FFN-S": {}}, "tuned": {"FFN-S": {"study": "x"}}}))
+
+
+def test_a_pruning_copy_decides_as_the_live_study():
+    import optuna
+    from optuna.trial import TrialState
+
+    from driftmatrix import tune
+
+    study = optuna.create_study(direction="maximize",
+                                pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0))
+    for values in ([0.5, 0.6, 0.7], [0.7, 0.8, 0.9]):
+        trial = study.ask()
+        for step, v in enumerate(values):
+            trial.report(v, step)
+        study.tell(trial, values[-1])
+    pruning = tune.Pruning("maximize", 1, 0, tuple(study.get_trials(states=(TrialState.COMPLETE,))))
+    decisions = []
+    for scores in ([0.65, 0.7, 0.8], [0.55, 0.6, 0.9]):
+        live, judge = study.ask(), pruning.judge()
+        for step, v in enumerate(scores):
+            live.report(v, step)
+            judge.report(v, step)
+            decisions.append((judge.should_prune(), live.should_prune()))
+        study.tell(live, state=TrialState.FAIL)
+    assert [a for a, _ in decisions] == [b for _, b in decisions]
+    assert True in [a for a, _ in decisions] and False in [a for a, _ in decisions]
+
+
+def test_ray_executor_runs_the_same_study_as_local(slices, monkeypatch, ray_cluster):
+    """Rounds of two trials (asked together, told in trial order): the same study on either executor."""
+    import optuna
+    from mlflow import MlflowClient
+
+    from driftmatrix import tune
+
+    tmp, params = slices
+    seen = {}
+    for executor in ("local", "ray"):
+        uri = f"sqlite:///{tmp / f'mlflow-{executor}.db'}"
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        p = replace(params, extra={**params.extra, "tune": {**TUNE, "parallel": 2, "pruner_warmup_epochs": 0},
+                                   "runtime": {"executor": executor}})
+        storage = f"sqlite:///{tmp / f'study-{executor}.db'}"
+        result = tune.run(p, "MLP-S", tmp / "slices", n_trials=4, storage=storage, presets_dir=tmp / executor)
+        assert result["ran"] == 4 and result["finished"] == 4
+        study = optuna.load_study(study_name="fading-MLP-S", storage=storage)
+        client = MlflowClient(tracking_uri=uri)
+        runs = client.search_runs([client.get_experiment_by_name("tune-test").experiment_id], "tags.kind = 'tuning'")
+        seen[executor] = (
+            [(t.number, t.state.name, t.params, t.value, t.intermediate_values) for t in study.trials],
+            sorted((r.info.run_name, r.info.status, r.data.tags["state"], r.data.metrics.get("objective"),
+                    tuple((m.step, m.value) for m in client.get_metric_history(r.info.run_id, "val_score")))
+                   for r in runs),
+            (tmp / executor / "fading-MLP-S.yaml").read_text().split("\n", 1)[1])  # the header names the storage
+    assert seen["local"] == seen["ray"]
+    trials, runs, _ = seen["ray"]
+    assert [t[1] for t in trials].count("COMPLETE") >= 2 and len(runs) == 4
+    assert all(r[1] == "FINISHED" and r[4] for r in runs)

@@ -15,7 +15,12 @@ like the future mean of a drift-matrix row; it is reported after every epoch for
 
 A study per (dataset, model) lives in sqlite storage; re-running the command resumes it up to
 ``tune.n_trials`` finished trials (trials a killed process left RUNNING are marked FAIL first).
-Every trial is an MLflow run tagged ``kind=tuning``. The best parameters are written as a preset
+Trials are work items of the stage executor (``driftmatrix.executor``: this process, or Ray tasks)
+through Optuna's ask/tell: the driver asks a round of ``tune.parallel`` trials, workers train and
+judge pruning against the trials finished when the round was asked (:class:`Pruning`), and the
+driver alone tells the study and writes each trial's MLflow run (tagged ``kind=tuning``), in trial
+order. The study is therefore the same on every executor; ``parallel: 1`` is Optuna's sequential
+``optimize``. The best parameters are written as a preset
 (``presets/tuned/<dataset>-<model>.yaml``) holding a ``models: {<model>: {...}}`` block and a
 ``tuned: {<model>: {cutoff, study}}`` block that records where they were chosen.
 
@@ -62,6 +67,7 @@ class TuneConfig:
     presets_dir: str = "presets/tuned"
     pruner_startup_trials: int = 3  # median pruning starts after this many finished trials
     pruner_warmup_epochs: int = 1  # and never prunes before this many epochs of a trial
+    parallel: int = 1  # trials per round: asked together, run at once on Ray, see earlier rounds only
     space: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_SPACE))
 
 
@@ -81,6 +87,8 @@ def tune_config(params: Params) -> TuneConfig:
                               f"got {spec!r}")
     if cfg.validation_periods < 1:
         raise ConfigError("params.yaml: tune.validation_periods must be >= 1")
+    if isinstance(cfg.parallel, bool) or not isinstance(cfg.parallel, int) or cfg.parallel < 1:
+        raise ConfigError(f"params.yaml: tune.parallel must be an integer >= 1, got {cfg.parallel!r}")
     return cfg
 
 
@@ -244,14 +252,154 @@ def fail_leftovers(study) -> int:
     return len(stale)
 
 
+# --- trials as work items (workers compute; the driver tells the study and writes MLflow) --------
+@dataclass(frozen=True)
+class TuneContext:
+    """What every trial of a study reads: the experiment and its rows cut down to D_<=cutoff."""
+
+    exp: Any  # training.Experiment
+    data: TuningData
+
+
+@dataclass(frozen=True)
+class TuneRecipe:
+    """A picklable description of a :class:`TuneContext`: each worker builds it once."""
+
+    experiment: Any  # training.ExperimentRecipe
+    cutoff: int
+    validation_periods: int
+
+    def build(self) -> TuneContext:
+        exp = self.experiment.build()
+        return TuneContext(exp, restrict(exp, self.cutoff, self.validation_periods))
+
+
+@dataclass(frozen=True)
+class Pruning:
+    """What a trial's pruning decisions see: the median pruner's settings and the study's trials
+    finished when its round was asked. Workers judge against this copy and never touch the live
+    study; with one trial per round it is exactly what the live study would show."""
+
+    direction: str  # maximize | minimize
+    startup_trials: int
+    warmup_epochs: int
+    finished: tuple = ()  # optuna FrozenTrials (COMPLETE and PRUNED)
+
+    def judge(self):
+        """A running trial of a throwaway in-memory study holding ``finished``, to report to."""
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        study = optuna.create_study(
+            direction=self.direction, sampler=optuna.samplers.RandomSampler(seed=0),
+            pruner=optuna.pruners.MedianPruner(n_startup_trials=self.startup_trials,
+                                               n_warmup_steps=self.warmup_epochs))
+        study.add_trials(self.finished)
+        return study.ask()
+
+
+@dataclass(frozen=True)
+class TrialItem:
+    number: int  # the Optuna trial number
+    overrides: Mapping[str, Any]  # the trial's suggested training settings
+    seed: int
+    pruning: Pruning
+
+
+def trial_task(ctx: TuneContext, item: TrialItem) -> dict[str, Any]:
+    """Worker side of one trial: train with its settings, judge pruning after every epoch, and return
+    the per-epoch validation scores (writes nothing: the driver tells the study and logs MLflow)."""
+    import optuna
+
+    cfg = build(TrainConfig, {**_asdict(ctx.exp.cfg), **item.overrides}, "tune trial")
+    judge = item.pruning.judge()
+    epochs: list[tuple[int, float, float]] = []  # (epoch, score, unix time)
+
+    def report(epoch: int, score: float) -> None:
+        epochs.append((epoch, score, time.time()))
+        judge.report(score, epoch)
+        if judge.should_prune():
+            raise optuna.TrialPruned(f"epoch {epoch}: {score:.4f}")
+
+    started = time.time()
+    try:
+        value, pruned = objective(ctx.data, cfg, with_config(ctx.exp, cfg).new_model, item.seed, ctx.exp.device,
+                                  report), False
+    except optuna.TrialPruned:
+        value, pruned = None, True
+    return {"epochs": epochs, "value": value, "pruned": pruned, "started": started, "ended": time.time()}
+
+
+def optimize(study, n_trials: int, cfg: TuneConfig, skip: tuple[str, ...], executor, recipe: TuneRecipe,
+             context: TuneContext | None, record: Callable[[Any, Mapping[str, Any], Any], None]) -> int:
+    """Run ``n_trials`` trials in rounds of ``cfg.parallel``; returns how many were started.
+
+    A round's trials are asked together, run through ``executor`` (at once on Ray) and then told,
+    with ``record(trial, overrides, result)``, in trial order (``result`` None: it did not finish).
+    Each trial sees the results of earlier rounds only, so the study does not depend on the executor
+    or on which trial finished first; ``parallel: 1`` is Optuna's sequential ``optimize``. Like
+    ``optimize``, no round starts once ``cfg.timeout`` seconds have passed.
+    """
+    from optuna.trial import TrialState
+
+    from driftmatrix.executor import Progress
+
+    started, done = time.perf_counter(), 0
+    model = recipe.experiment.model  # its runtime resources (runtime.overrides) apply to its trials
+    bar = Progress(f"tune {model}", n_trials)
+    try:
+        while done < n_trials and (cfg.timeout is None or time.perf_counter() - started < cfg.timeout):
+            finished = tuple(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+            pruning = Pruning(study.direction.name.lower(), cfg.pruner_startup_trials, cfg.pruner_warmup_epochs,
+                              finished)
+            asked = []
+            for _ in range(min(cfg.parallel, n_trials - done)):
+                trial = study.ask()
+                asked.append((trial, suggest(trial, cfg.space, skip)))
+            results: dict[int, Any] = {}
+            bar.update(done, len(asked))
+            try:
+                items = [TrialItem(t.number, o, cfg.seed, pruning) for t, o in asked]
+                for item, result in executor.map(trial_task, recipe, items, model=model, label="tune",
+                                                 context=context):
+                    results[item.number] = result
+                    bar.update(done + len(results), len(asked) - len(results))
+            finally:  # told in trial order; on an error the unfinished ones FAIL and the error goes on
+                for trial, overrides in asked:
+                    record(trial, overrides, results.get(trial.number))
+            done += len(asked)
+    finally:
+        bar.close()
+    return done
+
+
+def tell(study, trial, result: Mapping[str, Any] | None) -> str:
+    """Give the study a trial's result (its epochs reported first, as the trial itself would have);
+    returns the state: complete, pruned or failed."""
+    from optuna.trial import TrialState
+
+    if result is None:
+        study.tell(trial, state=TrialState.FAIL)
+        return "failed"
+    for epoch, score, _ in result["epochs"]:
+        trial.report(score, epoch)
+    if result["pruned"]:
+        study.tell(trial, state=TrialState.PRUNED)
+        return "pruned"
+    study.tell(trial, result["value"])
+    return "complete"
+
+
 def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
         n_trials: int | None = None, storage: str | None = None, presets_dir: str | Path | None = None,
         log_mlflow: bool = True, features_dir: str | Path = "outputs/features") -> dict[str, Any]:
     """Create or resume the study of ``model``, run the missing trials, write the preset."""
     import optuna
 
+    from driftmatrix.executor import make_executor, runtime_config
     from driftmatrix.explain.stage import slice_index  # label -> index with a named error
-    from driftmatrix.training import Experiment
+    from driftmatrix.tracking import git_commit
+    from driftmatrix.training import Experiment, ExperimentRecipe
 
     cfg = tune_config(params)
     target = n_trials if n_trials is not None else cfg.n_trials
@@ -285,37 +433,24 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
             "tuning_cutoff": cfg.cutoff, "validation_periods": str(cfg.validation_periods)}
     val_slices = sorted({exp.labels[k] for k in data.slice_ids[data.val_pos]})
     train_slices = (exp.labels[0], exp.labels[cutoff - cfg.validation_periods])
+    commit = git_commit() if exp_id is not None else ""
 
-    def trial_objective(trial) -> float:
-        overrides = suggest(trial, cfg.space, skip)
-        trial_cfg = build(TrainConfig, {**_asdict(exp.cfg), **overrides}, "tune trial")
-        trial_exp = with_config(exp, trial_cfg)
-
-        def report(epoch: int, score: float) -> None:
-            if exp_id is not None:
-                import mlflow
-
-                mlflow.log_metric("val_score", score, step=epoch)
-            trial.report(score, epoch)
-            if trial.should_prune():
-                raise optuna.TrialPruned(f"epoch {epoch}: {score:.4f}")
-
-        def go() -> float:
-            return objective(data, trial_cfg, trial_exp.new_model, cfg.seed, exp.device, report)
-
-        if exp_id is None:
-            return go()
-        return _tracked(exp_id, trial_run_name(model, trial.number), {**info, "trial": str(trial.number)},
-                        {**overrides, "train_rows": len(data.train_pos), "val_rows": len(data.val_pos),
-                         "train_slices": f"{train_slices[0]}..{train_slices[1]}",
-                         "val_slices": ",".join(val_slices), "seed": cfg.seed}, go)
+    def record(trial, overrides: Mapping[str, Any], result: Mapping[str, Any] | None) -> None:
+        state = tell(study, trial, result)
+        if exp_id is not None:
+            _log_trial(exp_id, trial_run_name(model, trial.number),
+                       {**info, "trial": str(trial.number), "git_commit": commit},
+                       {**overrides, "train_rows": len(data.train_pos), "val_rows": len(data.val_pos),
+                        "train_slices": f"{train_slices[0]}..{train_slices[1]}",
+                        "val_slices": ",".join(val_slices), "seed": cfg.seed}, result, state)
 
     started = time.perf_counter()
     remaining = max(0, target - finished_count(study))
-    if remaining:
-        study.optimize(trial_objective, n_trials=remaining, timeout=cfg.timeout)
+    recipe = TuneRecipe(ExperimentRecipe.of(params, model, slices_dir, features_dir), cutoff, cfg.validation_periods)
+    ran = optimize(study, remaining, cfg, skip, make_executor(runtime_config(params), progress=False), recipe,
+                   TuneContext(exp, data), record) if remaining else 0
     seconds = time.perf_counter() - started
-    result = {"study": name, "storage": url, "finished": finished_count(study), "ran": remaining,
+    result = {"study": name, "storage": url, "finished": finished_count(study), "ran": ran,
               "failed_leftovers": failed, "seconds": round(seconds, 1), "direction": study.direction.name.lower(),
               "train_slices": list(train_slices), "val_slices": val_slices}
     completed = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -326,7 +461,7 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
                                                     train_slices, val_slices, model, exp.labels),
                               tuned={"cutoff": cfg.cutoff, "study": name})
         result.update(best_value=best.value, best_params=best.params, best_trial=best.number, preset=str(preset))
-    log.info("tune %s: %d finished trials (%d run now, %.1f s)%s", name, result["finished"], remaining, seconds,
+    log.info("tune %s: %d finished trials (%d run now, %.1f s)%s", name, result["finished"], ran, seconds,
              f", best {result['best_value']:.4f} (trial {result['best_trial']})" if completed else "")
     return result
 
@@ -382,29 +517,29 @@ def _mlflow_setup(params: Params, study: str) -> str:
     return exp_id
 
 
-def _tracked(exp_id: str, run_name: str, tags: Mapping[str, str], logged: Mapping[str, Any],
-             go: Callable[[], float]) -> float:
-    """Run one trial inside its MLflow run; a pruned trial ends FINISHED with ``state=pruned``."""
-    import mlflow
-    import optuna
+def _log_trial(exp_id: str, run_name: str, tags: Mapping[str, str], logged: Mapping[str, Any],
+               result: Mapping[str, Any] | None, state: str) -> None:
+    """A trial's MLflow run, written by the driver from its result with the worker's times: params,
+    ``val_score`` per epoch, ``objective`` when complete, tag ``state``; FAILED when it did not finish."""
+    from mlflow.entities import Metric, Param
+    from mlflow.tracking import MlflowClient
 
-    from driftmatrix.tracking import git_commit
+    def ms(t: float) -> int:
+        return int(t * 1000)
 
-    pruned: optuna.TrialPruned | None = None
-    with mlflow.start_run(experiment_id=exp_id, run_name=run_name,
-                          tags={"kind": "tuning", **tags, "git_commit": git_commit()}):
-        mlflow.log_params(dict(logged))
-        try:
-            value = go()
-        except optuna.TrialPruned as exc:
-            pruned = exc
-            mlflow.set_tag("state", "pruned")
-        else:
-            mlflow.log_metric("objective", value)
-            mlflow.set_tag("state", "complete")
-    if pruned is not None:
-        raise pruned
-    return value
+    client, now = MlflowClient(), time.time()
+    started, ended = (result["started"], result["ended"]) if result else (now, now)
+    run_id = client.create_run(exp_id, start_time=ms(started), tags={"kind": "tuning", **tags, "state": state},
+                               run_name=run_name).info.run_id
+    try:
+        metrics = [Metric("val_score", float(score), ms(t), epoch) for epoch, score, t in (result or {}).get("epochs", ())]
+        if state == "complete":
+            metrics.append(Metric("objective", float(result["value"]), ms(ended), 0))
+        client.log_batch(run_id, metrics=metrics, params=[Param(k, str(v)) for k, v in logged.items()])
+        client.set_terminated(run_id, "FINISHED" if result else "FAILED", end_time=ms(ended))
+    except BaseException:
+        client.delete_run(run_id)  # never a half-written run
+        raise
 
 
 def _preset_header(name, url, best, n_complete, metric_name, cfg: TuneConfig, train_slices, val_slices,

@@ -146,3 +146,22 @@ def test_embed_section_is_checked():
         cache.embed_config({"max_len": 64})
     assert cache.embed_config({"sources": None}).sources == {}
     assert cache.embed_config(None) == EmbedConfig()
+
+
+def test_ray_executor_writes_the_same_shards_as_local(review_slices, tmp_path, ray_cluster):
+    from textfixtures import load_counting
+
+    from driftmatrix.executor import RayExecutor, RuntimeConfig
+
+    params, slices = review_slices
+    cfg = cache.embed_config(params.extra["embed"])
+    items = load_slices(slices)[0]["text"].to_numpy()
+    version = json.loads((slices / "manifest.json").read_text())["data_version"]
+    local = cache.build_cache(TOY, items, tmp_path / "local", cfg, True, version, load=load_counting)
+    ray = cache.build_cache(TOY, items, tmp_path / "ray", cfg, True, version, load=load_counting,
+                            executor=RayExecutor(RuntimeConfig(executor="ray"), progress=False))
+    assert local == ray and local["complete"] and local["n_shards"] >= 3  # several shards, in any order
+    files = sorted(p.name for p in (tmp_path / "local").iterdir())
+    assert files == sorted(p.name for p in (tmp_path / "ray").iterdir()) and len(files) == 1 + 3 * local["n_shards"]
+    for name in files:
+        assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "ray" / name).read_bytes(), name

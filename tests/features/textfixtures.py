@@ -54,3 +54,8 @@ class CountingEncoder:
                 states[i, j] = np.random.default_rng(zlib.crc32(word.encode())).normal(size=self.dim)
                 masks[i, j] = True
         return states, masks
+
+
+def load_counting(name, sources=None, device=None) -> CountingEncoder:
+    """A stand-in for ``encoders.load`` that Ray workers can import by name."""
+    return CountingEncoder()

@@ -8,8 +8,10 @@ the weights' name/path, the slices' ``data_version`` and the shard size)::
     states-00000.npy         float16 (n, max_len, D) token states, zeros at padding (text models)
     mask-00000.npy           bool (n, max_len), true on real tokens
 
-Shards are written atomically, so an interrupted run keeps every finished shard and resumes at
-the first missing one. Readers memory-map the shards: token states for 300k documents never
+Each shard is a work item of the stage executor (``driftmatrix.executor``: this process, or Ray
+tasks that load the encoder once per worker): workers encode and return arrays, the driver alone
+writes the shard files, each atomically, so an interrupted run keeps every finished shard and
+redoes only the missing ones. Readers memory-map the shards: token states for 300k documents never
 have to fit in memory, and every model, cutoff and seed reads the same files.
 """
 
@@ -142,8 +144,12 @@ def _encode_text_shard(encoder, texts: list[str], cfg: EmbedConfig, with_states:
 
 
 def build_cache(encoder_name: str, items, out_dir: str | Path, cfg: EmbedConfig, with_states: bool,
-                data_version: str, load: Callable[..., Any] | None = None) -> dict[str, Any]:
-    """Encode every item (texts or uint8 images) into ``out_dir``, resuming at the first missing shard."""
+                data_version: str, load: Callable[..., Any] | None = None, executor=None) -> dict[str, Any]:
+    """Encode every item (texts or uint8 images) into ``out_dir``, redoing only missing shards.
+
+    ``load``: the encoder loader (default ``encoders.load``; a top-level function for Ray workers);
+    ``executor``: the stage executor (default: this process).
+    """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     info = encoders.info_for(encoder_name)
@@ -163,7 +169,7 @@ def build_cache(encoder_name: str, items, out_dir: str | Path, cfg: EmbedConfig,
                 "has_states": False, "complete": False, "dim": None}
     manifest_path.write_text(json.dumps(manifest, indent=2))
     if todo:
-        _encode_shards(encoder_name, info.modality, items, out_dir, cfg, with_states, todo, load)
+        _encode_shards(EncoderRecipe(encoder_name, cfg, load), items, out_dir, with_states, todo, executor)
     manifest["dim"] = int(np.load(out_dir / "pooled-00000.npy", mmap_mode="r").shape[1])
     manifest["has_states"] = all((out_dir / f).exists() for s in range(n_shards) for f in shard_files(s, True))
     manifest["complete"] = True
@@ -171,32 +177,61 @@ def build_cache(encoder_name: str, items, out_dir: str | Path, cfg: EmbedConfig,
     return manifest
 
 
-def _encode_shards(encoder_name: str, modality: str, items, out_dir: Path, cfg: EmbedConfig, with_states: bool,
-                   todo: list[int], load: Callable[..., Any] | None) -> None:
-    n = len(items)
-    encoder = (load or encoders.load)(encoder_name, cfg.sources, None if cfg.device == "auto" else cfg.device)
-    log.info("embed %s: %d shard(s) to encode (%d rows in all) -> %s", encoder_name, len(todo), n, out_dir)
-    bar = _progress(cfg.progress, total=sum(min(cfg.shard_size, n - s * cfg.shard_size) for s in todo),
-                    desc=f"embed {encoder_name}")
-    for s in todo:
-        lo, hi = s * cfg.shard_size, min(n, (s + 1) * cfg.shard_size)
-        if modality == "text":
-            pooled, masks, states = _encode_text_shard(encoder, [str(t) for t in items[lo:hi]], cfg, with_states)
-        else:
-            pooled = np.concatenate([encoder.encode(np.asarray(items[b:min(hi, b + cfg.batch_size)]))
-                                     for b in range(lo, hi, cfg.batch_size)]).astype(np.float32)
-        _save_atomic(out_dir / f"pooled-{s:05d}.npy", pooled)
-        if with_states:
-            _save_atomic(out_dir / f"mask-{s:05d}.npy", masks)
-            _save_atomic(out_dir / f"states-{s:05d}.npy", states)
-        bar.update(hi - lo)
-    bar.close()
+@dataclass(frozen=True)
+class LoadedEncoder:
+    """A worker's context: the encoder, ready on its device, and how to run it."""
+
+    encoder: Any
+    cfg: EmbedConfig
+    modality: str
 
 
-def _progress(enabled: bool, **kwargs):
-    from tqdm import tqdm
+@dataclass(frozen=True)
+class EncoderRecipe:
+    """A picklable description of a :class:`LoadedEncoder`: each worker loads the weights once."""
 
-    return tqdm(disable=not enabled, unit="row", **kwargs)
+    name: str
+    cfg: EmbedConfig
+    load: Callable[..., Any] | None = None  # None: encoders.load, looked up when built
+
+    def build(self) -> LoadedEncoder:
+        load = self.load or encoders.load
+        encoder = load(self.name, self.cfg.sources, None if self.cfg.device == "auto" else self.cfg.device)
+        return LoadedEncoder(encoder, self.cfg, encoders.info_for(self.name).modality)
+
+
+@dataclass(frozen=True)
+class Shard:
+    """One work item of the embed stage: shard ``index`` and its rows (a view of the items)."""
+
+    index: int
+    rows: Any  # texts or uint8 images (N, H, W, 3)
+    with_states: bool
+
+
+def encode_shard(ctx: LoadedEncoder, shard: Shard) -> dict[str, np.ndarray]:
+    """Worker side of one shard: its arrays by file stem (pooled; mask and states for text models)."""
+    cfg = ctx.cfg
+    if ctx.modality == "text":
+        pooled, masks, states = _encode_text_shard(ctx.encoder, [str(t) for t in shard.rows], cfg, shard.with_states)
+        return {"pooled": pooled, **({"mask": masks, "states": states} if shard.with_states else {})}
+    pooled = np.concatenate([ctx.encoder.encode(np.asarray(shard.rows[b:b + cfg.batch_size]))
+                             for b in range(0, len(shard.rows), cfg.batch_size)]).astype(np.float32)
+    return {"pooled": pooled}
+
+
+def _encode_shards(recipe: EncoderRecipe, items, out_dir: Path, with_states: bool, todo: list[int],
+                   executor=None) -> None:
+    from driftmatrix.executor import LocalExecutor
+
+    n, size = len(items), recipe.cfg.shard_size
+    executor = executor or LocalExecutor(progress=recipe.cfg.progress)
+    log.info("embed %s: %d shard(s) to encode (%d rows in all) -> %s", recipe.name, len(todo), n, out_dir)
+    shards = [Shard(s, items[s * size:min(n, (s + 1) * size)], with_states) for s in todo]
+    for shard, arrays in executor.map(encode_shard, recipe, shards, label=f"embed {recipe.name}"):
+        for stem in ("pooled", "mask", "states"):  # the driver alone writes, each file atomically
+            if stem in arrays:
+                _save_atomic(out_dir / f"{stem}-{shard.index:05d}.npy", arrays[stem])
 
 
 def run(params, slices_dir: str | Path, features_dir: str | Path,
@@ -211,8 +246,11 @@ def run(params, slices_dir: str | Path, features_dir: str | Path,
         log.info("embed: no configured model reads cached features; nothing to do")
         write_index(features_dir)
         return []
+    from driftmatrix.executor import make_executor, runtime_config
+
     rows, manifest, images = load_slices(slices_dir)
     version = manifest["data_version"]
+    executor = make_executor(runtime_config(params), progress=cfg.progress)
     done = []
     for name, with_states in wanted.items():
         modality = encoders.info_for(name).modality
@@ -225,7 +263,8 @@ def run(params, slices_dir: str | Path, features_dir: str | Path,
                 raise DataError(f"{slices_dir}: image encoder {name} needs images.npy; the slices have none")
             items = images
         out = Path(features_dir) / cache_key(name, cfg, version)
-        done.append({**build_cache(name, items, out, cfg, with_states, version), "path": str(out)})
+        done.append({**build_cache(name, items, out, cfg, with_states, version, executor=executor),
+                     "path": str(out)})
     write_index(features_dir)
     return done
 
