@@ -89,7 +89,7 @@ def test_experiments_compare_metrics_and_matrices(tmp_path):
     assert exps["preset"]["data"]["params"]["params.yaml"]["data"]["models"] == {"MLP-S": {"lr": 0.002}}
     assert metrics_of(workspace) == metrics_of(exps["preset"])  # the last run is applied
 
-    diff = json.loads(stdout(["dvc", "exp", "diff", "main", "epochs2", "--json"], work, env))
+    diff = json.loads(stdout(["dvc", "exp", "diff", "main", "epochs2", "--all", "--json"], work, env))
     changes = diff["metrics"]["metrics/metrics.json"]
     for k in STATS:
         assert all(isinstance(changes[f"MLP-S.{k}"][v], (int, float)) for v in ("old", "new")), changes
