@@ -88,7 +88,7 @@ def covariate_measures(slices: Slices, cfg: AuditConfig) -> list[Measure]:
         out.append(mmd_measure("mmd_pixels", f"Covariate shift: MMD on {cfg.image_size}x{cfg.image_size} pixels",
                                pixels, ids, k, cfg))
     for path in cfg.features:
-        feats = np.load(path, mmap_mode="r")
+        feats = np.load(path, mmap_mode="r", allow_pickle=False)
         if len(feats) != len(rows):
             raise ConfigError(f"audit.features: {path} has {len(feats)} rows, slices have {len(rows)}")
         out.append(mmd_measure(f"mmd_{Path(path).stem}", f"Covariate shift: MMD on features {Path(path).stem}",
