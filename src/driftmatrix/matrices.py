@@ -148,9 +148,8 @@ def log_to_mlflow(params: Params, cohort: Cohort, files: list[Path], dataset: st
     from driftmatrix import tracking
 
     exp_id = tracking.configure(params.tracking)
-    with mlflow.start_run(experiment_id=exp_id, run_name=f"matrices · {dataset}") as run:
-        mlflow.set_tags({"kind": "matrices", "dataset": dataset, "metric": cohort.metric,
-                         "models": ",".join(cohort.models)})
+    with tracking.stage_run(exp_id, f"matrices · {dataset}", {"kind": "matrices", "dataset": dataset}) as run:
+        mlflow.set_tags({"metric": cohort.metric, "models": ",".join(cohort.models)})
         metrics = {f"{m}.{k}": v for m, s in cohort.summaries.items()
                    for k, v in s.as_dict().items() if not math.isnan(v)}
         mlflow.log_metrics(metrics)

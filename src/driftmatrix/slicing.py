@@ -188,7 +188,7 @@ def load_slices(slices_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Any], n
     manifest = json.loads((slices_dir / "manifest.json").read_text())
     rows = pd.read_parquet(slices_dir / "rows.parquet")
     images_path = slices_dir / "images.npy"
-    images = np.load(images_path, mmap_mode="r") if images_path.exists() else None
+    images = np.load(images_path, mmap_mode="r", allow_pickle=False) if images_path.exists() else None
     if images is not None and len(images) != len(rows):
         raise DataError(f"{images_path}: {len(images)} images for {len(rows)} rows")
     return rows, manifest, images

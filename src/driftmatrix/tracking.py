@@ -293,6 +293,61 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
                 client.set_registered_model_alias(name, alias_for(cutoff), version)
 
 
+DRIVER_TAG = "driver"  # "<host>:<pid>" of the process that opened a stage run
+
+
+def driver_id() -> str:
+    import socket
+
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _process_gone(driver: str) -> bool:
+    """True when ``driver`` (``host:pid``) ran on this host and that process no longer exists."""
+    import socket
+
+    host, _, pid = driver.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return False  # another machine's, or not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def end_orphaned_runs(client, exp_id: str, tags: Mapping[str, str]) -> int:
+    """Mark KILLED the live RUNNING runs with ``tags`` whose driver process is gone (a stage
+    SIGKILLed mid-run never ends its run itself); returns how many."""
+    from mlflow.entities import ViewType
+
+    filt = tag_filter(tags) + " and attributes.status = 'RUNNING'"
+    ended = 0
+    for r in client.search_runs([exp_id], filter_string=filt, run_view_type=ViewType.ACTIVE_ONLY,
+                                max_results=1000):
+        if _process_gone(r.data.tags.get(DRIVER_TAG, "")):
+            client.set_terminated(r.info.run_id, "KILLED")
+            ended += 1
+    if ended:
+        log.info("mlflow: %d run(s) %s left RUNNING by a killed process marked KILLED", ended, dict(tags))
+    return ended
+
+
+@contextlib.contextmanager
+def stage_run(exp_id: str, run_name: str, tags: Mapping[str, str]):
+    """``mlflow.start_run`` for a stage's own run (audit, matrices), tagged with its driver; runs
+    of the same tags that a killed driver left RUNNING are marked KILLED first."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    end_orphaned_runs(MlflowClient(), exp_id, tags)
+    with mlflow.start_run(experiment_id=exp_id, run_name=run_name,
+                          tags={**dict(tags), DRIVER_TAG: driver_id()}) as run:
+        yield run
+
+
 def log_rows(cfg: TrackingConfig, rows: Sequence[tuple[str, Mapping[str, float], Sequence[Path]]],
              data: Mapping[str, Any] | None = None, step: int = 0) -> None:
     """Attach scored drift-matrix rows to their finished runs through the client API (no run is

@@ -88,7 +88,7 @@ def covariate_measures(slices: Slices, cfg: AuditConfig) -> list[Measure]:
         out.append(mmd_measure("mmd_pixels", f"Covariate shift: MMD on {cfg.image_size}x{cfg.image_size} pixels",
                                pixels, ids, k, cfg))
     for path in cfg.features:
-        feats = np.load(path, mmap_mode="r")
+        feats = np.load(path, mmap_mode="r", allow_pickle=False)
         if len(feats) != len(rows):
             raise ConfigError(f"audit.features: {path} has {len(feats)} rows, slices have {len(rows)}")
         out.append(mmd_measure(f"mmd_{Path(path).stem}", f"Covariate shift: MMD on features {Path(path).stem}",
@@ -245,10 +245,10 @@ def log_to_mlflow(params: Any, cfg: AuditConfig, audit: Audit, out: Path) -> str
     """One run ``audit · <dataset>`` tagged ``kind=audit`` in the configured store."""
     import mlflow
 
-    from driftmatrix.tracking import configure
+    from driftmatrix.tracking import configure, stage_run
 
-    configure(params.tracking)
-    with mlflow.start_run(run_name=f"audit · {audit.dataset}", tags={"kind": "audit", "dataset": audit.dataset}) as run:
+    exp_id = configure(params.tracking)
+    with stage_run(exp_id, f"audit · {audit.dataset}", {"kind": "audit", "dataset": audit.dataset}) as run:
         mlflow.log_params({"smoothing_alpha": cfg.smoothing_alpha, "top_n": cfg.top_n, "mmd_samples": cfg.mmd_samples,
                            "permutations": cfg.permutations, "image_size": cfg.image_size})
         metrics = {f"{ms.name}_mean_future": _mean_future(ms.values) for ms in audit.measures}

@@ -178,7 +178,7 @@ def load_ingested(indir: str | Path) -> IngestResult:
         raise DataError(f"{indir}: no table.parquet (run the ingest stage first)")
     meta = DatasetMeta.from_dict(json.loads((indir / "meta.json").read_text()))
     table = pd.read_parquet(indir / "table.parquet")
-    images = np.load(indir / "images.npy") if (indir / "images.npy").exists() else None
+    images = np.load(indir / "images.npy", allow_pickle=False) if (indir / "images.npy").exists() else None
     report_d = json.loads((indir / "report.json").read_text()) if (indir / "report.json").exists() else {}
     report = IngestReport(read=report_d.get("read", len(table)), kept=report_d.get("kept", len(table)),
                           dropped=Counter(report_d.get("dropped", {})),

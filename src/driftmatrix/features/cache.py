@@ -170,7 +170,7 @@ def build_cache(encoder_name: str, items, out_dir: str | Path, cfg: EmbedConfig,
     manifest_path.write_text(json.dumps(manifest, indent=2))
     if todo:
         _encode_shards(EncoderRecipe(encoder_name, cfg, load), items, out_dir, with_states, todo, executor)
-    manifest["dim"] = int(np.load(out_dir / "pooled-00000.npy", mmap_mode="r").shape[1])
+    manifest["dim"] = int(np.load(out_dir / "pooled-00000.npy", mmap_mode="r", allow_pickle=False).shape[1])
     manifest["has_states"] = all((out_dir / f).exists() for s in range(n_shards) for f in shard_files(s, True))
     manifest["complete"] = True
     manifest_path.write_text(json.dumps(manifest, indent=2))
@@ -406,8 +406,8 @@ def load_cached_inputs(inputs: str, slices_dir: str | Path, features_dir: str | 
     shards = range(manifest["n_shards"])
     info = {"dim": manifest["dim"], "encoder": name, "cache": key}
     if inputs == "pooled":
-        pooled = np.concatenate([np.load(path / f"pooled-{s:05d}.npy") for s in shards])
+        pooled = np.concatenate([np.load(path / f"pooled-{s:05d}.npy", allow_pickle=False) for s in shards])
         return PooledInputs(pooled, info)
-    states = [np.load(path / f"states-{s:05d}.npy", mmap_mode="r") for s in shards]
-    masks = [np.load(path / f"mask-{s:05d}.npy", mmap_mode="r") for s in shards]
+    states = [np.load(path / f"states-{s:05d}.npy", mmap_mode="r", allow_pickle=False) for s in shards]
+    masks = [np.load(path / f"mask-{s:05d}.npy", mmap_mode="r", allow_pickle=False) for s in shards]
     return TokenStateInputs(states, masks, manifest["shard_size"], {**info, "max_len": manifest["max_len"]})

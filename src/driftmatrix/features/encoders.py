@@ -97,7 +97,7 @@ class TextEncoder:
         from transformers import AutoModel, AutoTokenizer
 
         self.tokenizer = AutoTokenizer.from_pretrained(source)
-        self.model = AutoModel.from_pretrained(source).to(device).eval()
+        self.model = AutoModel.from_pretrained(source, weights_only=True).to(device).eval()  # no unpickling
         for p in self.model.parameters():
             p.requires_grad_(False)
         self.device = device
@@ -174,17 +174,29 @@ class VisionEncoder:
         return out.cpu().numpy()
 
 
+def read_weights(path: str | Path) -> dict[str, Any]:
+    """The tensors of a local weight file, never running code from it: a ``.safetensors`` file,
+    or a PyTorch checkpoint read with ``weights_only=True`` (tensors and plain containers only;
+    a file that needs any other pickled object is refused). Checkpoint wrappers (``state_dict``,
+    ``model``) and ``module.`` prefixes are removed as timm does."""
+    from timm.models import load_state_dict
+
+    try:
+        return load_state_dict(str(path), use_ema=False, weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable or unsafe file: one clear error
+        raise ValueError(f"params.yaml: embed.sources: {path} is not a safetensors file or a weights-only "
+                         f"PyTorch checkpoint, refused ({type(exc).__name__}: {str(exc)[:300]})") from exc
+
+
 def _vision_backbone(info: EncoderInfo, source: str):
-    """(model returning pooled features, mean, std) for a catalogue vision entry."""
+    """(model returning pooled features, mean, std) for a catalogue vision entry. A local weight
+    file is read by :func:`read_weights` (no unpickling) and handed to timm as a state dict."""
     import timm
 
     if info.backend == "effnet-lite0":
         model = timm.create_model(info.source, pretrained=False)
         if Path(source).is_file():
-            import torch
-
-            state = torch.load(source, map_location="cpu", weights_only=True)
-            model.load_state_dict(map_in_order(model.state_dict(), state))
+            model.load_state_dict(map_in_order(model.state_dict(), read_weights(source)))
         else:
             model = timm.create_model(source, pretrained=True)
         model.reset_classifier(0)
@@ -193,7 +205,8 @@ def _vision_backbone(info: EncoderInfo, source: str):
         kwargs = dict(info.timm_kwargs)
         if Path(source).is_file():  # a local weight file for the catalogue architecture
             model = timm.create_model(info.source, pretrained=True, num_classes=0,
-                                      pretrained_cfg_overlay={"file": source}, **kwargs)
+                                      pretrained_cfg_overlay={"state_dict": read_weights(source)}, **kwargs)
+            model.pretrained_cfg.pop("state_dict", None)  # timm keeps a copy of it there
         else:
             model = timm.create_model(source, pretrained=True, num_classes=0, **kwargs)
         cfg = model.pretrained_cfg
@@ -201,11 +214,11 @@ def _vision_backbone(info: EncoderInfo, source: str):
     if info.backend == "hf-clip":
         from transformers import CLIPVisionModel
 
-        return CLIPVisionModel.from_pretrained(source), CLIP_MEAN, CLIP_STD
+        return CLIPVisionModel.from_pretrained(source, weights_only=True), CLIP_MEAN, CLIP_STD
     if info.backend == "hf-siglip":
         from transformers import SiglipVisionModel
 
-        return SiglipVisionModel.from_pretrained(source), (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
+        return SiglipVisionModel.from_pretrained(source, weights_only=True), (0.5, 0.5, 0.5), (0.5, 0.5, 0.5)
     raise ValueError(f"encoder backend {info.backend!r} is not an image backbone")
 
 
