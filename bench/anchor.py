@@ -193,12 +193,17 @@ def cell_agreement(ref: np.ndarray, other: np.ndarray) -> dict:
     """Per cell of two S x K x K seed stacks: is |mean(other) - mean(ref)| within ref's seed std?"""
     from driftmatrix.analysis.summary import seed_mean, seed_std
 
+    import math
+
     m_ref, s_ref, m_oth = seed_mean(ref), seed_std(ref), seed_mean(other)
+    # share of cells within one std expected when both come from the same distribution (normal)
+    n_eff = ref.shape[0] * other.shape[0] / (ref.shape[0] + other.shape[0])
+    expected = math.erf(math.sqrt(n_eff) / math.sqrt(2))
     ok = np.isfinite(m_ref) & np.isfinite(m_oth) & np.isfinite(s_ref)
     diff = np.abs(m_oth - m_ref)[ok]
     within = diff <= s_ref[ok]
     within_2 = diff <= 2 * s_ref[ok]
-    return {"cells": int(ok.sum()), "within_std": float(within.mean()) if ok.any() else None,
+    return {"cells": int(ok.sum()), "expected_within_std_if_same": expected, "within_std": float(within.mean()) if ok.any() else None,
             "within_2std": float(within_2.mean()) if ok.any() else None,
             "mean_abs_diff": float(diff.mean()) if ok.any() else None,
             "max_abs_diff": float(diff.max()) if ok.any() else None,
@@ -278,7 +283,8 @@ def report(res: Results, models: list[str], precisions: list[str]) -> None:
         if f32 is not None and b16 is not None and f32.shape[0] > 1:
             a = cell_agreement(f32, b16)
             print(f"{'':<6}   bf16 vs fp32 cells ({a['cells']}): {100 * a['within_std']:.0f}% within fp32's seed std, "
-                  f"{100 * a['within_2std']:.0f}% within 2 std; |diff| mean {a['mean_abs_diff']:.2f}, "
+                  f"{100 * a['within_2std']:.0f}% within 2 std (same-distribution expectation "
+                  f"{100 * a['expected_within_std_if_same']:.0f}% within 1 std); |diff| mean {a['mean_abs_diff']:.2f}, "
                   f"max {a['max_abs_diff']:.2f} (median seed std {a['median_std']:.2f})")
 
 

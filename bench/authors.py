@@ -141,6 +141,8 @@ def main() -> None:
     ap.add_argument("--model", choices=sorted(PRESETS), default="MLP-S")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--work", type=Path, default=None, help="Run folder (default: a temporary one).")
+    ap.add_argument("--threads", type=int, default=2, help="runtime.num_threads (the anchor uses 2).")
+    ap.add_argument("--json", type=Path, default=None, help="Write seconds and the matrix (%%) here.")
     ap.add_argument("--authors-src", type=Path, default=None)
     ap.add_argument("--authors-venv", type=Path, default=None)
     args = ap.parse_args()
@@ -152,12 +154,15 @@ def main() -> None:
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="authors-") as d:
-        r = run(a, args.model, args.seed, args.data.resolve(), args.work or Path(d))
+        r = run(a, args.model, args.seed, args.data.resolve(), args.work or Path(d), args.threads)
     sys.path.insert(0, str(REPO / "src"))
     from driftmatrix.analysis.summary import future, in_distribution
 
     print(f"authors {r.model} seed {r.seed}: {r.seconds:.1f} s, ID {in_distribution(r.matrix):.1f} "
           f"future {future(r.matrix):.1f} ({len(r.slices)} slices)")
+    if args.json:
+        args.json.write_text(json.dumps({"model": r.model, "seed": r.seed, "seconds": r.seconds, "slices": r.slices,
+                                         "matrix": np.where(np.isnan(r.matrix), None, r.matrix).tolist()}))
 
 
 if __name__ == "__main__":
