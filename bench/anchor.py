@@ -100,8 +100,13 @@ def anchor_params(base: dict, raw: Path, work: Path, model: str, seeds: int, pre
     return p
 
 
-def our_env(work: Path) -> dict[str, str]:
-    return {**os.environ, "PYTHONWARNINGS": "ignore", "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
+def our_env(work: Path, threads: int | None = None) -> dict[str, str]:
+    """The caller's environment with a temporary MLflow store; ``threads`` caps torch's intra-op
+    threads like the authors' ``runtime.num_threads``."""
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
+    if threads:
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
+    return env
 
 
 def stage_commands(model: str) -> list[list[str]]:
@@ -110,12 +115,13 @@ def stage_commands(model: str) -> list[list[str]]:
             ["matrices", *p]]
 
 
-def run_ours(base: dict, raw: Path, model: str, seeds: int, precision: str, keep: Path | None = None) -> OurRun:
+def run_ours(base: dict, raw: Path, model: str, seeds: int, precision: str, keep: Path | None = None,
+             threads: int | None = None) -> OurRun:
     """Five CLI processes in a fresh working directory; each stage's wall time."""
     with tempfile.TemporaryDirectory(prefix="anchor-ours-") as d:
         work = Path(d)
         (work / "params.yaml").write_text(yaml.safe_dump(anchor_params(base, raw, work, model, seeds, precision)))
-        env = our_env(work)
+        env = our_env(work, threads)
         load = os.getloadavg()
         times = {}
         for name, args in zip(STAGES, stage_commands(model)):
@@ -220,6 +226,7 @@ class Results:
     ours: list[tuple[int, OurRun]] = field(default_factory=list)                    # (repeat, run)
     theirs: list[tuple[int, authors_side.AuthorsRun]] = field(default_factory=list)  # (repeat, run)
     startup: float | None = None
+    threads: int = 2
 
     def our_runs(self, model: str, precision: str) -> list[OurRun]:
         return [r for _, r in self.ours if r.model == model and r.precision == precision]
@@ -245,7 +252,7 @@ class Results:
 def report(res: Results, models: list[str], precisions: list[str]) -> None:
     from driftmatrix.analysis.summary import future, in_distribution
 
-    print(f"\n=== anchor: 20 yearly slices x 200, 10 epochs, batch 64, lr 5e-4, CPU "
+    print(f"\n=== anchor: 20 yearly slices x 200, 10 epochs, batch 64, lr 5e-4, CPU, {res.threads} thread(s) a side "
           f"({os.cpu_count()} cores; load {'%.1f %.1f %.1f' % os.getloadavg()} now) ===")
     if res.startup is not None:
         print(f"start-up floor: `driftmatrix --help` {res.startup:.2f} s")
@@ -292,7 +299,7 @@ def to_json(res: Results) -> dict:
     def arr(a):
         return None if a is None else np.where(np.isnan(a), None, np.round(a, 4)).tolist()
 
-    return {"startup": res.startup, "load_end": os.getloadavg(),
+    return {"startup": res.startup, "threads": res.threads, "load_end": os.getloadavg(),
             "ours": [{"repeat": rep, "model": r.model, "precision": r.precision, "seconds": r.seconds,
                       "stages": r.stages, "load": r.load, "in_distribution": r.in_distribution,
                       "future": r.future, "seed_values": arr(r.seed_values)} for rep, r in res.ours],
@@ -316,7 +323,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--authors-venv", type=Path, default=None)
     ap.add_argument("--warm", action="store_true",
                     help="Run the authors' untimed warm-up even when their cache folder is filled.")
-    ap.add_argument("--threads", type=int, default=2, help="Authors' runtime.num_threads.")
+    ap.add_argument("--threads", type=int, default=2, help="CPU threads of each side: the authors' runtime.num_threads, our OMP_NUM_THREADS "
+                         "(the anchor README uses 2; 1 is fairer on an oversubscribed machine).")
     args = ap.parse_args(argv)
 
     data = anchor_data(args.data_dir.resolve())
@@ -333,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
         else:
             theirs = a
     base = yaml.safe_load((REPO / "params.yaml").read_text())
-    res = Results()
+    res = Results(threads=args.threads)
     res.startup = startup_seconds(our_env(Path(tempfile.gettempdir())))
     with tempfile.TemporaryDirectory(prefix="anchor-authors-") as d:
         scratch = Path(d)
@@ -352,7 +360,7 @@ def main(argv: list[str] | None = None) -> None:
                         print(f"[{rep}] authors {model} seed {seed}: {r.seconds:.1f} s (load {load:.1f})", flush=True)
                 for prec in args.precision:
                     keep = args.keep / f"{model}-{prec}-{rep}" if args.keep else None
-                    o = run_ours(base, raw, model, args.seeds, prec, keep)
+                    o = run_ours(base, raw, model, args.seeds, prec, keep, args.threads)
                     res.ours.append((rep, o))
                     print(f"[{rep}] ours {model} {prec}: {o.seconds:.1f} s "
                           f"({', '.join(f'{k} {v:.1f}' for k, v in o.stages.items())}; load {o.load[0]:.1f})",

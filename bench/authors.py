@@ -80,10 +80,12 @@ def preset(a: Authors, key: str) -> Path:
     return a.src / "configs" / "snapshots" / "presets" / PRESET_GROUP / f"{key}.json"
 
 
-def environment(a: Authors, data_dir: Path, artifacts: Path) -> dict[str, str]:
+def environment(a: Authors, data_dir: Path, artifacts: Path, threads: int | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("WANDB_", "PYTHON"))}
     env.update(PYTHONPATH=str(a.src), WANDB_MODE="disabled", DRIFT_DATA_DIR=str(data_dir),
                DRIFT_ARTIFACTS_DIR=str(artifacts), PYTHONWARNINGS="ignore")
+    if threads:  # as on our side: OpenMP/MKL pools match runtime.num_threads
+        env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return env
 
 
@@ -102,7 +104,7 @@ def run(a: Authors, model: str, seed: int, data_dir: Path, work: Path, threads: 
     with log_path.open("w") as log:
         t0 = time.perf_counter()
         proc = subprocess.run(command(a, model, seed, runs_root, threads), cwd=work, stdout=log,
-                              stderr=subprocess.STDOUT, env=environment(a, data_dir, work / "artifacts"))
+                              stderr=subprocess.STDOUT, env=environment(a, data_dir, work / "artifacts", threads))
         seconds = time.perf_counter() - t0
     if proc.returncode:
         tail = log_path.read_text(errors="replace")[-2000:]
