@@ -85,14 +85,15 @@ class OurRun:
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
 
-def anchor_params(base: dict, raw: Path, work: Path, model: str, seeds: int, precision: str) -> dict:
+def anchor_params(base: dict, raw: Path, work: Path, model: str, seeds: int, precision: str,
+                  first_seed: int = 0) -> dict:
     """The repository's params.yaml with the anchor setting over it."""
     p = dict(base)
     p["dataset"] = {**base["dataset"], "name": "anchor-yearbook", "source": "yearbook",
                     "path": str(raw / SOURCE_DIR), "task": "binary", "options": {}}
     p["slicing"] = {**base["slicing"], "period": "year", "width": 1, "test_fraction": 0.3,
                     "split_seed": 42}
-    p["train"] = {**base["train"], "seeds": list(range(seeds)), "epochs": 10, "batch_size": 64,
+    p["train"] = {**base["train"], "seeds": list(range(first_seed, first_seed + seeds)), "epochs": 10, "batch_size": 64,
                   "lr": 5.0e-4, "weight_decay": 0.0, "device": "cpu", "precision": precision}
     p["models"] = {model: {}}
     p["tracking"] = {**base["tracking"], "uri": f"sqlite:///{work / 'mlflow.db'}",
@@ -116,11 +117,11 @@ def stage_commands(model: str) -> list[list[str]]:
 
 
 def run_ours(base: dict, raw: Path, model: str, seeds: int, precision: str, keep: Path | None = None,
-             threads: int | None = None) -> OurRun:
+             threads: int | None = None, first_seed: int = 0) -> OurRun:
     """Five CLI processes in a fresh working directory; each stage's wall time."""
     with tempfile.TemporaryDirectory(prefix="anchor-ours-") as d:
         work = Path(d)
-        (work / "params.yaml").write_text(yaml.safe_dump(anchor_params(base, raw, work, model, seeds, precision)))
+        (work / "params.yaml").write_text(yaml.safe_dump(anchor_params(base, raw, work, model, seeds, precision, first_seed)))
         env = our_env(work, threads)
         load = os.getloadavg()
         times = {}
@@ -312,6 +313,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["MLP-S", "CNN-S"], choices=sorted(authors_side.PRESETS))
     ap.add_argument("--seeds", type=int, default=1, choices=(1, 5))
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="Seeds first-seed .. first-seed+seeds-1 (split a seed study into lanes).")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--precision", nargs="+", default=["fp32"], choices=("fp32", "bf16"))
     ap.add_argument("--data-dir", type=Path, default=REPO / "outputs" / "bench" / "anchor-data")
@@ -354,13 +357,13 @@ def main(argv: list[str] | None = None) -> None:
                     for seed in range(args.seeds):
                         run_dir = scratch / f"{model}-{rep}-{seed}"
                         load = os.getloadavg()[0]
-                        r = authors_side.run(theirs, model, seed, data, run_dir, args.threads)
+                        r = authors_side.run(theirs, model, args.first_seed + seed, data, run_dir, args.threads)
                         res.theirs.append((rep, r))
                         subprocess.run(["rm", "-rf", str(run_dir)], check=True)
                         print(f"[{rep}] authors {model} seed {seed}: {r.seconds:.1f} s (load {load:.1f})", flush=True)
                 for prec in args.precision:
                     keep = args.keep / f"{model}-{prec}-{rep}" if args.keep else None
-                    o = run_ours(base, raw, model, args.seeds, prec, keep, args.threads)
+                    o = run_ours(base, raw, model, args.seeds, prec, keep, args.threads, args.first_seed)
                     res.ours.append((rep, o))
                     print(f"[{rep}] ours {model} {prec}: {o.seconds:.1f} s "
                           f"({', '.join(f'{k} {v:.1f}' for k, v in o.stages.items())}; load {o.load[0]:.1f})",
