@@ -26,14 +26,14 @@ def as_array(nested) -> np.ndarray:
 
 
 def our_stacks(paths: list[Path]) -> dict[tuple[str, str], np.ndarray]:
-    """(model, precision) -> S x K x K of the first repeat found."""
-    out: dict[tuple[str, str], np.ndarray] = {}
+    """(model, precision) -> S x K x K: the first repeat of each file, files' seeds stacked (one
+    file per seed lane, or one file holding all seeds)."""
+    parts: dict[tuple[str, str], list[np.ndarray]] = {}
     for p in paths:
         for r in json.loads(p.read_text())["ours"]:
-            key = (r["model"], r["precision"])
-            if r.get("seed_values") is not None and key not in out:
-                out[key] = as_array(r["seed_values"])
-    return out
+            if r.get("repeat", 0) == 0 and r.get("seed_values") is not None:
+                parts.setdefault((r["model"], r["precision"]), []).append(as_array(r["seed_values"]))
+    return {k: np.concatenate(v) for k, v in parts.items()}
 
 
 def their_stacks(paths: list[Path]) -> dict[str, np.ndarray]:
