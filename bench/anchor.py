@@ -308,6 +308,13 @@ def to_json(res: Results) -> dict:
                         "slices": r.slices, "matrix": arr(r.matrix)} for rep, r in res.theirs]}
 
 
+def save(path: Path | None, res: Results) -> None:
+    """Every figure so far, after each run: a long study stopped half-way keeps what finished."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(to_json(res)))
+
+
 # --- main ---------------------------------------------------------------------------------------
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -360,6 +367,7 @@ def main(argv: list[str] | None = None) -> None:
                         r = authors_side.run(theirs, model, args.first_seed + seed, data, run_dir, args.threads)
                         res.theirs.append((rep, r))
                         subprocess.run(["rm", "-rf", str(run_dir)], check=True)
+                        save(args.json, res)
                         print(f"[{rep}] authors {model} seed {seed}: {r.seconds:.1f} s (load {load:.1f})", flush=True)
                 for prec in args.precision:
                     keep = args.keep / f"{model}-{prec}-{rep}" if args.keep else None
@@ -368,12 +376,10 @@ def main(argv: list[str] | None = None) -> None:
                     print(f"[{rep}] ours {model} {prec}: {o.seconds:.1f} s "
                           f"({', '.join(f'{k} {v:.1f}' for k, v in o.stages.items())}; load {o.load[0]:.1f})",
                           flush=True)
-                if args.json:
-                    args.json.parent.mkdir(parents=True, exist_ok=True)
-                    args.json.write_text(json.dumps(to_json(res)))
+                    save(args.json, res)
     report(res, args.models, args.precision)
     if args.json:
-        args.json.write_text(json.dumps(to_json(res)))
+        save(args.json, res)
         print(f"raw figures -> {args.json}")
 
 
