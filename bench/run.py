@@ -5,9 +5,12 @@
 Sections (all in temporary folders with a temporary MLflow store, never the repo's):
 
 - ``startup``: wall time of ``driftmatrix --help`` (lazy imports keep it short).
-- ``authors``: the authors' reference setting, each model as fresh CLI processes from raw
-  images to matrix (generate excluded): 20 yearly slices x 200 images, 10 epochs, 1 seed. Their
-  code needs 88 s (MLP-S) and 368 s (CNN-S) on this 2-core machine.
+- ``anchor``: bench/anchor.py, 1 seed: ours (five CLI processes per model, from the raw PNGs of
+  ../shared/anchor) against the authors' own CLI when their checkout and venv are available
+  (bench/authors.py), run alternately; prints per-stage times, medians, ratios and ID/future
+  accuracy of both. Figures are measured in the run, never quoted.
+- ``anchor5``: the same on 5 seeds, fp32 and bf16 on our side (ID mean +- std per side, bf16 vs
+  fp32 per cell). Long (CNN-S: about 5x the 1-seed time per side).
 - ``default``: the built-in default experiment of ``params.yaml`` (models x seeds x cutoffs) in one
   process: time-to-matrix, training and evaluation throughput (samples/s) per model.
 - ``validation``, ``ingest``, ``text``: the scripts beside this one, when present.
@@ -49,33 +52,6 @@ def temp_params(tmp: Path, base: dict, **sections) -> Path:
 def bench_startup(env: dict[str, str]) -> None:
     secs = min(sh([sys.executable, "-m", "driftmatrix", "--help"], env) for _ in range(3))
     print(f"startup: `driftmatrix --help` {secs:.2f} s")
-
-
-def bench_authors(base: dict, env: dict[str, str]) -> None:
-    """Each model from raw folder to matrix as separate CLI processes, like the authors' runs."""
-    for model, theirs, precision in (("MLP-S", 88, "fp32"), ("CNN-S", 368, "fp32"), ("CNN-S", 368, "bf16")):
-        with tempfile.TemporaryDirectory() as d:
-            tmp = Path(d)
-            params = temp_params(tmp, base, synthetic={**base["synthetic"], "years": 20, "per_year": 200},
-                                 train={**base["train"], "seeds": [0], "epochs": 10, "precision": precision},
-                                 models={model: {}})
-            out = tmp / "out"
-            p = ["--params", str(params)]
-            dm = [sys.executable, "-m", "driftmatrix"]
-            sh(dm + ["data", "generate"] + p, env)
-            steps = [
-                ["ingest", *p, "--out", str(out / "ingested")],
-                ["slice", *p, "--src", str(out / "ingested"), "--out", str(out / "slices")],
-                ["train", "-m", model, *p, "--slices", str(out / "slices"), "--out", str(out / "ckpt")],
-                ["evaluate", "-m", model, *p, "--slices", str(out / "slices"), "--checkpoints",
-                 str(out / "ckpt"), "--out", str(out / "scores")],
-                ["matrices", *p, "--scores", str(out / "scores"), "--out", str(out / "matrices")],
-            ]
-            times = [sh(dm + s, env) for s in steps]
-            total = sum(times)
-            detail = ", ".join(f"{s[0]} {t:.1f}" for s, t in zip(steps, times))
-            print(f"authors' setting {model} ({precision}): {total:.1f} s to matrix (theirs {theirs} s, "
-                  f"{theirs / total:.1f}x faster) [{detail}]")
 
 
 def bench_default(base: dict) -> None:
@@ -122,19 +98,19 @@ def bench_default(base: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=None,
-                    help="startup authors default validation ingest text")
+                    help="startup default anchor anchor5 validation ingest text")
     ap.add_argument("--ingest-gb", type=float, default=1.0)
     args = ap.parse_args()
     base = yaml.safe_load((REPO / "params.yaml").read_text())
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    want = set(args.only or ["startup", "authors", "default", "validation", "ingest", "text"])
+    want = set(args.only or ["startup", "default", "anchor", "anchor5", "validation", "ingest", "text"])
     if "startup" in want:
         bench_startup(env)
     if "default" in want:
         bench_default(base)
-    if "authors" in want:
-        bench_authors(base, env)
-    extra = {"validation": ["validation_speed.py"], "ingest": ["ingest_large.py", "--size-gb", str(args.ingest_gb)],
+    extra = {"anchor": ["anchor.py", "--seeds", "1"],
+             "anchor5": ["anchor.py", "--seeds", "5", "--precision", "fp32", "bf16"],
+             "validation": ["validation_speed.py"], "ingest": ["ingest_large.py", "--size-gb", str(args.ingest_gb)],
              "text": ["text.py"]}
     for name, cmd in extra.items():
         if name in want and (HERE / cmd[0]).exists():
