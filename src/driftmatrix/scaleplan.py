@@ -253,10 +253,13 @@ def shape_of(params, manifest: Mapping | None = None, share: float | None = None
         per = n / K
         every = tuple(round(per * (i + 1)) - round(per * i) for i in range(K))
         train = tuple(round(e * (1 - params.slicing.test_fraction)) for e in every)
+    from driftmatrix.models.registry import is_baseline
+
     runtime = runtime_config(params)
-    shares = {m: share if share is not None else (runtime.resources_for(m).num_gpus or 1.0) for m in params.models}
-    epochs = {m: params.train_for(m).epochs for m in params.models}
-    return Shape(name, tuple(params.models), tuple(params.train.seeds), train, every, epochs, shares)
+    models = tuple(m for m in params.models if not is_baseline(m))  # Prior: no training to schedule
+    shares = {m: share if share is not None else (runtime.resources_for(m).num_gpus or 1.0) for m in models}
+    epochs = {m: params.train_for(m).epochs for m in models}
+    return Shape(name, models, tuple(params.train.seeds), train, every, epochs, shares)
 
 
 # --- report --------------------------------------------------------------------------------------
