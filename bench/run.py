@@ -13,6 +13,10 @@ Sections (all in temporary folders with a temporary MLflow store, never the repo
   fp32 per cell). Long (CNN-S: about 5x the 1-seed time per side).
 - ``default``: the built-in default experiment of ``params.yaml`` (models x seeds x cutoffs) in one
   process: time-to-matrix, training and evaluation throughput (samples/s) per model.
+- ``incremental``: appending one period to the default through plain ``dvc repro`` (full run
+  at K, then K+1): units trained, cells scored, train + evaluate seconds as a ratio of the full
+  run's, per-stage seconds (``bench/incremental.py``; ``--incremental-args`` narrows it, e.g.
+  ``"--models MLP-S Prior"`` on a small or shared machine).
 - ``validation``, ``ingest``, ``text``: the scripts beside this one, when present.
 """
 
@@ -21,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -98,17 +103,19 @@ def bench_default(base: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=None,
-                    help="startup default anchor anchor5 validation ingest text")
+                    help="startup default incremental anchor anchor5 validation ingest text")
     ap.add_argument("--ingest-gb", type=float, default=1.0)
+    ap.add_argument("--incremental-args", default="", help="extra arguments of bench/incremental.py")
     args = ap.parse_args()
     base = yaml.safe_load((REPO / "params.yaml").read_text())
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    want = set(args.only or ["startup", "default", "anchor", "anchor5", "validation", "ingest", "text"])
+    want = set(args.only or ["startup", "default", "incremental", "anchor", "anchor5", "validation", "ingest", "text"])
     if "startup" in want:
         bench_startup(env)
     if "default" in want:
         bench_default(base)
-    extra = {"anchor": ["anchor.py", "--seeds", "1"],
+    extra = {"incremental": ["incremental.py", *shlex.split(args.incremental_args)],
+             "anchor": ["anchor.py", "--seeds", "1"],
              "anchor5": ["anchor.py", "--seeds", "5", "--precision", "fp32", "bf16"],
              "validation": ["validation_speed.py"], "ingest": ["ingest_large.py", "--size-gb", str(args.ingest_gb)],
              "text": ["text.py"]}

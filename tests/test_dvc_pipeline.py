@@ -1,7 +1,9 @@
-"""`dvc repro` on a copy of the real pipeline with tiny parameters: idempotent, and per-model reruns."""
+"""`dvc repro` on a copy of the real pipeline with tiny parameters: idempotent, per-model reruns,
+and keeping matrices current (a new period, then a new seed) the way `make repro` does it."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -9,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -24,6 +27,39 @@ def sh(cmd: list[str], cwd: Path, env: dict) -> str:
 
 def ran(output: str) -> set[str]:
     return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+def planned(output: str) -> dict[str, tuple[int, ...]]:
+    """model -> (units in the plan, done, to train, cells in the plan, to score), from the stage logs."""
+    units = {m: tuple(map(int, n)) for m, *n in re.findall(
+        r"driftmatrix\.training: (\S+): (\d+) units in the plan \(cumulative window\), (\d+) done, (\d+) to train",
+        output)}
+    cells = {m: tuple(map(int, n)) for m, *n in re.findall(
+        r"driftmatrix\.evaluation: (\S+): (\d+) cells in the plan, (\d+) to score", output)}
+    return {m: units.get(m, ()) + cells.get(m, ()) for m in units.keys() | cells.keys()}
+
+
+def unit_runs(uri: str) -> dict[str, tuple[str, str, str]]:
+    """run id -> (model, status, lifecycle stage) of every unit run (tag kind=cutoff), deleted ones too."""
+    from mlflow.entities import ViewType
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name("driftmatrix")
+    runs = client.search_runs([exp.experiment_id], "tags.kind = 'cutoff'", run_view_type=ViewType.ALL,
+                              max_results=1000)
+    return {r.info.run_id: (r.data.tags["model"], r.info.status, r.info.lifecycle_stage) for r in runs}
+
+
+def seed_values(work: Path, model: str) -> np.ndarray:
+    doc = json.loads((work / "outputs" / "matrices" / f"{model}.json").read_text())
+    return np.array(doc["seed_values"], dtype=float)  # (seeds, K, K); JSON floats round-trip exactly
+
+
+def make_repro(work: Path, env: dict) -> str:
+    """What `make repro` runs after install: regenerate the built-in data, track it, reproduce."""
+    return "".join(sh(cmd, work, env) for cmd in (["driftmatrix", "data", "generate"], ["dvc", "add", "-q", "data"],
+                                                  ["dvc", "repro"]))
 
 
 @pytest.mark.slow
@@ -43,8 +79,9 @@ def test_dvc_repro_is_idempotent_and_reruns_only_the_changed_model(tmp_path):
     params["audit"].update(permutations=20, mmd_samples=50)
     params["saliency"].update(pairs=[{"model": "CNN-S", "cutoff": 1950}], eval_years=[1952], n_images=20)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-           "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "GIT_AUTHOR_NAME": "t",
+           "MLFLOW_TRACKING_URI": uri, "GIT_AUTHOR_NAME": "t",
            "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
     for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"], ["driftmatrix", "data", "generate"],
                 ["dvc", "add", "-q", "data"]):
@@ -62,3 +99,36 @@ def test_dvc_repro_is_idempotent_and_reruns_only_the_changed_model(tmp_path):
     third = ran(sh(["dvc", "repro"], work, env))
     assert {"train@MLP-S", "evaluate@MLP-S"} <= third
     assert not {"train@CNN-S", "evaluate@CNN-S", "ingest", "slice"} & third
+
+    # a new period (as `make repro` after raising synthetic.years): one new unit per model and
+    # seed, old checkpoints scored on the new column only, every old cell bit-identical
+    models, K = list(params["models"]), params["synthetic"]["years"]
+    before, runs0 = {m: seed_values(work, m) for m in models}, unit_runs(uri)
+    params["synthetic"]["years"] = K + 1
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    appended = make_repro(work, env)
+    # units: K+1 planned, K done, 1 trained; cells: K old units x 1 new column + the new unit's K+1
+    assert planned(appended) == {m: (K + 1, K, 1, (K + 1) ** 2, 2 * K + 1) for m in models}
+    grown = {m: seed_values(work, m) for m in models}
+    for m in models:
+        assert grown[m].shape == (1, K + 1, K + 1) and np.isfinite(grown[m]).all()
+        assert np.array_equal(grown[m][:, :K, :K], before[m])  # bit for bit, not approximately
+    runs1 = unit_runs(uri)
+    assert {r: runs1[r] for r in runs0} == runs0  # no run deleted, restored or otherwise changed
+    new = [runs1[r] for r in set(runs1) - set(runs0)]
+    assert sorted(new) == sorted((m, "FINISHED", "active") for m in models)  # models x seeds (1) new runs
+
+    # a new seed: K+1 new units and runs per model, no cell of seed 0 changes
+    params["train"]["seeds"] = [0, 1]
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    seeded = make_repro(work, env)
+    assert not {"ingest", "slice", "validate", "audit"} & ran(seeded)  # same data: DVC skips them
+    assert planned(seeded) == {m: (2 * (K + 1), K + 1, K + 1, 2 * (K + 1) ** 2, (K + 1) ** 2) for m in models}
+    for m in models:
+        two = seed_values(work, m)
+        assert two.shape == (2, K + 1, K + 1) and np.isfinite(two).all()
+        assert np.array_equal(two[:1], grown[m])
+    runs2 = unit_runs(uri)
+    assert {r: runs2[r] for r in runs1} == runs1
+    new = [runs2[r] for r in set(runs2) - set(runs1)]
+    assert sorted(new) == sorted((m, "FINISHED", "active") for m in models for _ in range(K + 1))
