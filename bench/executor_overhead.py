@@ -66,7 +66,7 @@ def main() -> None:
     t0 = time.perf_counter()
     start_ray(cfg, num_cpus=args.cpus)
     print(f"ray start ({args.cpus} CPUs): {time.perf_counter() - t0:.1f} s")
-    local, ray_ex = LocalExecutor(progress=False), RayExecutor(cfg, progress=False)
+    ray_ex = RayExecutor(cfg, progress=False)
     t0 = time.perf_counter()
     timed(ray_ex, tiny_training, args.cpus)  # workers started, torch imported, contexts built
     print(f"ray warm-up ({args.cpus} units, worker start + torch import + context): {time.perf_counter() - t0:.1f} s")
@@ -74,9 +74,10 @@ def main() -> None:
 
     threads = torch.get_num_threads()
     for fn, n in ((trivial, args.units), (tiny_training, args.torch_units)):
-        for name, ex, k in ((f"local ({threads} threads)", local, threads), ("local (1 thread)", local, 1),
-                            ("ray", ray_ex, threads)):
-            torch.set_num_threads(k)  # in this process; each Ray worker runs 1 thread (num_cpus 1)
+        # a unit computes with floor(num_cpus) threads on every executor; each Ray worker runs 1 here
+        for name, ex in ((f"local ({threads} threads)", LocalExecutor(RuntimeConfig(num_cpus=threads), progress=False)),
+                         ("local (1 thread)", LocalExecutor(RuntimeConfig(num_cpus=1), progress=False)),
+                         ("ray", ray_ex)):
             secs = timed(ex, fn, n)
             print(f"{fn.__name__:<14} {name:<18} {n} units in {secs:6.2f} s: {n / secs:8.1f} units/s, "
                   f"{1000 * secs / n:7.2f} ms per unit")

@@ -10,12 +10,12 @@ also the seconds the units themselves took (inside the worker) and the overhead 
     overhead per unit = (wall x slots - sum of unit seconds) / units
 
 i.e. the slot time not spent training (scheduling, moving weights, the driver writing checkpoints,
-worker start and context building, the idle tail). Slots: 1 for local (one unit at a time, torch
-using every core), the Ray CPUs for Ray (one unit per CPU, one thread each). Ray is started once
-and its workers started (torch imported) before timing; both are printed apart (``dvc repro`` pays
-them once per stage process; building each model's context in a worker is in the figures). The MLflow
-sync after training is timed apart from the units. Finally the matrices of both runs are compared
-for bit-identity. Run ``uptime`` beside it: the figures move with the machine's load.
+worker start and context building, the idle tail). Slots: 1 for local (one unit at a time), the Ray
+CPUs for Ray (one unit per CPU); a unit computes with floor(runtime.num_cpus) torch threads on
+both. Ray is started and its workers warmed (torch imported) before timing; both are printed apart
+(``dvc repro`` pays them once per stage process; building each model's context in a worker is in
+the figures). The MLflow sync after training is timed apart from the units. Finally the matrices of
+both runs are compared for bit-identity. The figures move with the machine's load (printed).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ def params_for(base: dict, tmp: Path, args, executor: str):
     raw["train"].update({k: v for k, v in (("epochs", args.epochs), ("seeds", args.seeds)) if v})
     if args.models:
         raw["models"] = {m: {} for m in args.models}
-    raw["tracking"].update(uri=f"sqlite:///{tmp / executor / 'mlflow.db'}", artifact_root=str(tmp / executor / "mlruns"))
+    raw["tracking"].update(uri=f"sqlite:///{tmp / executor / 'mlflow.db'}",
+                           artifact_root=str(tmp / executor / "mlruns"))
     raw["runtime"] = {**(raw.get("runtime") or {}), "executor": executor, "address": None}
     return parse_params(raw)
 
@@ -115,9 +116,7 @@ def main() -> None:
     ap.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray (default 2)")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    import torch
-
-    from driftmatrix.executor import LocalExecutor, RayExecutor, runtime_config, start_ray
+    from driftmatrix.executor import LocalExecutor, RayExecutor, runtime_config, start_ray, unit_threads
     from driftmatrix.pipeline import Paths, prepare
 
     base = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -150,8 +149,9 @@ def main() -> None:
             mats[name] = matrices_of(p, paths.slices, out)
             t["slots"] = slots
             results[name] = t
-            threads = f"{torch.get_num_threads()} torch threads" if name == "local" else "1 torch thread per unit"
-            print(f"\n{name} ({slots} slot{'s' if slots > 1 else ''}, {threads}):")
+            threads = unit_threads(cfg.resources_for(None))
+            print(f"\n{name} ({slots} unit{'s' if slots > 1 else ''} at a time, {threads} torch thread"
+                  f"{'s' if threads > 1 else ''} each):")
             over = (t["train_wall"] * slots - t["unit_seconds"]) / max(t["train_units"], 1)
             print(f"  train     {t['train_units']:4d} units  {t['train_wall']:7.1f} s  "
                   f"{t['train_units'] / t['train_wall']:6.2f} units/s  (units' own time {t['unit_seconds']:.1f} s, "

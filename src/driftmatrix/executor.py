@@ -10,10 +10,14 @@ driver alone writes checkpoints, MLflow runs and registry versions (workers comp
     runtime:
       executor: local        # local (default, never imports Ray) | ray
       address: null          # null: start Ray on this machine | auto | ray://head:10001 | host:port
-      num_cpus: 1            # per unit
+      num_cpus: 1            # per unit; a unit computes with floor(num_cpus) torch threads (>= 1) on both
       num_gpus: 0            # per unit, fractional: 0.25 = four units share one GPU
       max_retries: 3         # Ray retries of a unit whose worker or node died
       overrides: {ViT-L: {num_gpus: 0.5}}   # per model
+
+Threads: a CPU result depends on how many threads computed it (convolutions and attention sum in a
+thread-dependent order), so every executor runs a unit with :func:`unit_threads` torch threads,
+floor(``num_cpus``), at least 1: the same configuration gives the same bits locally and on Ray.
 
 Fault-test hook: when the environment variable ``DRIFTMATRIX_KILL_ONCE`` names a file that does
 not exist yet, the first Ray worker to claim it (atomic create) kills its own process part-way
@@ -24,6 +28,7 @@ Ray. Unset (the normal case), it costs nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import itertools
 import logging
@@ -116,6 +121,24 @@ def parse_runtime(raw: Mapping[str, Any] | None, models: Iterable[str] | None = 
 def runtime_config(params) -> RuntimeConfig:
     """The ``runtime:`` section of typed ``Params`` (it lives in ``params.extra``)."""
     return parse_runtime(params.extra.get("runtime"), params.models)
+
+
+def unit_threads(res: Resources) -> int:
+    """Torch threads a unit computes with, on every executor: floor(num_cpus), at least 1."""
+    return max(1, math.floor(res.num_cpus))
+
+
+@contextlib.contextmanager
+def torch_threads(n: int):
+    """Run the block with ``n`` torch threads, then restore the process's setting."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _check_resources(res: Resources, where: str) -> Resources:
@@ -220,12 +243,13 @@ class LocalExecutor:
             return
         bar = Progress(_label(label, model), len(items), enabled=self.progress)
         try:
-            context = recipe.build() if context is None else context
-            for n, item in enumerate(items):
-                bar.update(n, 1)
-                result = fn(context, item)
-                bar.update(n + 1, 0)
-                yield item, result
+            with torch_threads(unit_threads(self.cfg.resources_for(model))):
+                context = recipe.build() if context is None else context
+                for n, item in enumerate(items):
+                    bar.update(n, 1)
+                    result = fn(context, item)
+                    bar.update(n + 1, 0)
+                    yield item, result
         finally:
             bar.close()
 
@@ -295,8 +319,13 @@ def _claim(path: str | None) -> bool:
     return True
 
 
-def run_item(fn: Callable[[Any, Any], Any], recipe: Any, key: Any, item: Any, kill_path: str | None = None) -> Any:
-    """The Ray task body: the cached context, then ``fn``. Workers return; they never write."""
+def run_item(fn: Callable[[Any, Any], Any], recipe: Any, key: Any, item: Any, kill_path: str | None = None,
+             threads: int = 1) -> Any:
+    """The Ray task body: the unit's thread count, the cached context, then ``fn``. Workers
+    return; they never write."""
+    import torch
+
+    torch.set_num_threads(threads)  # per item: a reused worker may have run another model's units
     context = _context(recipe, key)
     if _claim(kill_path):  # fault-test hook (module docstring): die part-way through this item
         threading.Timer(KILL_AFTER_S, os._exit, (1,)).start()
@@ -363,7 +392,7 @@ class RayExecutor:
         task = remote.options(num_cpus=res.num_cpus, num_gpus=res.num_gpus, max_retries=self.cfg.max_retries,
                               name=_label(label, model))
         recipe_ref = ray.put(recipe)  # serialised once, fetched once per node
-        key, kill = recipe_key(recipe), os.environ.get(KILL_ENV) or None
+        key, kill, threads = recipe_key(recipe), os.environ.get(KILL_ENV) or None, unit_threads(res)
         # Submitted in item order, at most `window` in flight: Ray keeps every slot busy while the
         # driver's wait stays cheap for stages of many thousand units.
         window = len(items) if slots >= sys.maxsize // 4 else max(4 * slots, 64)
@@ -371,7 +400,7 @@ class RayExecutor:
 
         def submit(k: int) -> None:
             for item in itertools.islice(todo, max(k, 0)):
-                pending[task.remote(fn, recipe_ref, key, item, kill)] = item
+                pending[task.remote(fn, recipe_ref, key, item, kill, threads)] = item
 
         bar = Progress(_label(label, model), len(items), enabled=self.progress)
         done = 0

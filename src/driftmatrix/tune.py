@@ -532,7 +532,8 @@ def _log_trial(exp_id: str, run_name: str, tags: Mapping[str, str], logged: Mapp
     run_id = client.create_run(exp_id, start_time=ms(started), tags={"kind": "tuning", **tags, "state": state},
                                run_name=run_name).info.run_id
     try:
-        metrics = [Metric("val_score", float(score), ms(t), epoch) for epoch, score, t in (result or {}).get("epochs", ())]
+        epochs = result["epochs"] if result else ()
+        metrics = [Metric("val_score", float(score), ms(t), epoch) for epoch, score, t in epochs]
         if state == "complete":
             metrics.append(Metric("objective", float(result["value"]), ms(ended), 0))
         client.log_batch(run_id, metrics=metrics, params=[Param(k, str(v)) for k, v in logged.items()])
