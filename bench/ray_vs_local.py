@@ -1,6 +1,7 @@
 """The default experiment's train + evaluate with the local executor, then the Ray one, on this machine.
 
-    python bench/ray_vs_local.py [--epochs N] [--years N] [--per-year N] [--seeds 0 1] [--models ...] [--cpus 2]
+    python bench/ray_vs_local.py [--epochs N] [--years N] [--per-year N] [--seeds 0 1] [--models ...]
+                                 [--cpus 2] [--num-cpus 1]
 
 Defaults are params.yaml's (20 years x 60 portraits, its models, 2 seeds, 10 epochs). Both executors
 run the same units from the same slices (prepared once) in fresh output folders, each with its own
@@ -11,7 +12,7 @@ also the seconds the units themselves took (inside the worker) and the overhead 
 
 i.e. the slot time not spent training (scheduling, moving weights, the driver writing checkpoints,
 worker start and context building, the idle tail). Slots: 1 for local (one unit at a time), the Ray
-CPUs for Ray (one unit per CPU); a unit computes with floor(runtime.num_cpus) torch threads on
+CPUs / num_cpus for Ray; a unit computes with floor(runtime.num_cpus) torch threads on
 both. Ray is started and its workers warmed (torch imported) before timing; both are printed apart
 (``dvc repro`` pays them once per stage process; building each model's context in a worker is in
 the figures). The MLflow sync after training is timed apart from the units. Finally the matrices of
@@ -53,6 +54,8 @@ def params_for(base: dict, tmp: Path, args, executor: str):
     raw["tracking"].update(uri=f"sqlite:///{tmp / executor / 'mlflow.db'}",
                            artifact_root=str(tmp / executor / "mlruns"))
     raw["runtime"] = {**(raw.get("runtime") or {}), "executor": executor, "address": None}
+    if args.num_cpus is not None:
+        raw["runtime"]["num_cpus"] = args.num_cpus
     return parse_params(raw)
 
 
@@ -114,6 +117,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, nargs="*")
     ap.add_argument("--models", nargs="*")
     ap.add_argument("--cpus", type=int, default=2, help="CPUs of the local Ray (default 2)")
+    ap.add_argument("--num-cpus", type=float, help="runtime.num_cpus for both executors (default: params.yaml's); "
+                    "1 on 2 CPUs runs two Ray units at once")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     from driftmatrix.executor import LocalExecutor, RayExecutor, runtime_config, start_ray, unit_threads
@@ -127,7 +132,7 @@ def main() -> None:
         units = len(params.train.seeds) * params.synthetic.years
         print(f"experiment: {params.synthetic.years} years x {params.synthetic.per_year} portraits, "
               f"models {list(params.models)}, seeds {list(params.train.seeds)}, {params.train.epochs} epochs: "
-              f"up to {units} units per model and stage")
+              f"up to {units} units per model and stage; runtime.num_cpus {runtime_config(params).num_cpus}")
         paths = Paths(tmp / "prepared")
         prepare(params, paths, generate=True)
         results, mats = {}, {}
@@ -138,7 +143,8 @@ def main() -> None:
                 t0 = time.perf_counter()
                 start_ray(cfg, num_cpus=args.cpus)
                 t1 = time.perf_counter()
-                executor, slots = RayExecutor(cfg, progress=False), args.cpus
+                executor = RayExecutor(cfg, progress=False)
+                slots = executor.slots(cfg.resources_for(None))
                 list(executor.map(warm, Nothing(), range(args.cpus), label="warm-up"))
                 print(f"ray start ({args.cpus} CPUs) {t1 - t0:.1f} s, worker start + imports "
                       f"{time.perf_counter() - t1 - 1:.1f} s (neither in the figures below)")

@@ -52,7 +52,8 @@ def test_text_pipeline_end_to_end_on_generated_reviews(tmp_path, monkeypatch):
                  ["evaluate", "-m", "FFN-S", *common, "--slices", str(out / "slices"), "--checkpoints",
                   str(out / "ckpt"), "--out", str(out / "scores"), "--features", str(out / "features")],
                  ["matrices", *common, "--slices", str(out / "slices"), "--scores", str(out / "scores"),
-                  "--out", str(out / "matrices")]):
+                  "--out", str(out / "matrices"), "--metrics", str(out / "metrics.json"),  # never the repo's
+                  "--plots", str(out / "plots")]):
         result = run(app, args, catch_exceptions=False)
         assert result.exit_code == 0, (args, result.output)
     (feature_dir,) = (p for p in (out / "features").iterdir() if p.is_dir())
