@@ -27,7 +27,7 @@ import torch
 
 from driftmatrix import tracking, training
 from driftmatrix.features import encoders
-from driftmatrix.pipeline import Paths, prepare
+from driftmatrix.pipeline import Paths, prepare, train_and_evaluate
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -62,7 +62,8 @@ def test_the_crafted_file_does_run_code_when_unpickled(tmp_path):
 # --- registered models and checkpoints ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def registered(tmp_path_factory, tiny_params):
-    """One model (MLP-S, 2 cutoffs, 1 seed) trained, checkpointed, logged and registered."""
+    """One model (MLP-S, 2 cutoffs, 1 seed) trained, checkpointed, then logged and registered by
+    its evaluate stage."""
     tmp = tmp_path_factory.mktemp("registry")
     params = tiny_params(tmp, synthetic={"years": 2}, train={"seeds": [0]},
                          tracking={"log_models": True, "register": True})
@@ -71,8 +72,7 @@ def registered(tmp_path_factory, tiny_params):
     try:
         paths = Paths(tmp / "out")
         prepare(params, paths, generate=True)
-        training.run(params, "MLP-S", paths.slices, paths.checkpoints, validation_dir=paths.validation,
-                     features_dir=paths.features)
+        train_and_evaluate(params, paths, ["MLP-S"])
         yield tmp, params, paths
     finally:
         if saved is None:

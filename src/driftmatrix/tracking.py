@@ -182,7 +182,8 @@ def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path
     unit = record["unit"]
     tags = {"kind": "cutoff", "dataset": unit["dataset"], "model": unit["model"], "family": unit["family"],
             "cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]), "seed": str(unit["seed"]),
-            "unit_key": unit["key"], "window": record.get("window", ""), **dict(extra_tags)}
+            "unit_key": unit["key"], "window": record.get("window", ""), **dict(extra_tags),
+            **dict(record.get("tags") or {})}
     started, ended = int(record["started"] * 1000), int(record["ended"] * 1000)
     run = client.create_run(exp_id, start_time=started, tags=tags,
                             run_name=run_name(unit["model"], unit["cutoff"], unit["seed"]))

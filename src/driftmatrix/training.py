@@ -72,10 +72,11 @@ def fit(model, inputs, targets, train_idx: np.ndarray, cfg: TrainConfig,
 
     if cfg.precision not in ("fp32", "bf16"):
         raise ValueError(f"params.yaml: train.precision must be fp32 or bf16, got {cfg.precision!r}")
+    from driftmatrix.optim import make_optimizer
+
     gen = torch.Generator().manual_seed(seed)
-    opt_cls = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
     trainable = [p for p in model.parameters() if p.requires_grad]
-    optimizer = opt_cls(trainable, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    optimizer = make_optimizer(cfg.optimizer, trainable, cfg.lr, cfg.weight_decay)
     idx_all = torch.as_tensor(train_idx, dtype=torch.long)
     losses = []
     model.train()
@@ -88,10 +89,13 @@ def fit(model, inputs, targets, train_idx: np.ndarray, cfg: TrainConfig,
                 continue
             batch = inputs.batch(idx)
             y = targets[idx.to(targets.device)]
-            with autocast(device, cfg.precision):
+            if cfg.precision == "bf16":
+                with autocast(device, cfg.precision):
+                    out = model(*batch).float()
+            else:
                 out = model(*batch)
-            loss = loss_fn(out.float(), y)
-            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(out, y)
+            optimizer.zero_grad()
             loss.backward()
             if cfg.grad_clip:
                 torch.nn.utils.clip_grad_norm_(trainable, cfg.grad_clip)
@@ -176,6 +180,8 @@ class Experiment:
         self.targets = torch.as_tensor(self.targets_np.copy()).to(self.device)
         self.inputs = load_inputs(self.spec.inputs, slices_dir, features_dir, self.spec.encoder,
                                   params.extra.get("embed")).to(self.device)
+        if self.spec.inputs == "pixels":  # a flattening model gains nothing from channels-last batches
+            self.inputs.channels_last = self.spec.family != "MLP"
         self.info = dict(getattr(self.inputs, "info", {}))
         self.dataset = params.dataset.name
         self.plan = self.make_plan()
@@ -189,7 +195,7 @@ class Experiment:
         torch.manual_seed(seed)
         kwargs = {"dropout": self.cfg.dropout} if self.cfg.dropout is not None else {}
         model = self.spec.build(self.meta.num_outputs, self.info, **kwargs).to(self.device)
-        if self.spec.inputs == "pixels":  # matches PixelInputs batches; faster convolutions on CPU
+        if self.spec.inputs == "pixels" and self.inputs.channels_last:  # as PixelInputs batches
             model = model.to(memory_format=torch.channels_last)
         return model
 
@@ -317,8 +323,10 @@ def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
             "seconds": round(ended - started, 3)}
 
 
-def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Mapping[str, Any]) -> dict:
-    """The sidecar of a finished unit: what MLflow's run is later made from."""
+def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Mapping[str, Any],
+                tags: Mapping[str, str] = ()) -> dict:
+    """The sidecar of a finished unit: what MLflow's run is later made from (``tags``: extra run
+    tags known only at training time, e.g. the validation checks a user overrode)."""
     from dataclasses import asdict as as_dict
 
     params = {**as_dict(exp.cfg), "model": unit.model, "family": unit.family, "inputs": exp.spec.inputs,
@@ -328,7 +336,7 @@ def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Ma
     params.pop("seeds")
     return {"unit": as_dict(unit), "window": exp.plan.window.name, "params": params, "data": dict(data),
             "losses": result["losses"], "train_rows": result["train_rows"], "started": result["started"],
-            "ended": result["ended"], "seconds": result["seconds"]}
+            "ended": result["ended"], "seconds": result["seconds"], "tags": dict(tags)}
 
 
 def training_data(exp: Experiment, unit: Unit, dvc_hash: str) -> dict[str, Any]:
@@ -353,7 +361,7 @@ def dvc_data_hash(path: str | Path = "data.dvc") -> str:
 
 
 def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], executor=None,
-                recipe: ExperimentRecipe | None = None) -> list[dict[str, Any]]:
+                recipe: ExperimentRecipe | None = None, tags: Mapping[str, str] = ()) -> list[dict[str, Any]]:
     """Train ``units`` through the executor and write each checkpoint as it arrives."""
     from driftmatrix.executor import make_executor, runtime_config
 
@@ -361,7 +369,7 @@ def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], 
     description, dvc_hash, done = exp.description(), dvc_data_hash(), []
     for unit, result in executor.map(train_task, recipe, units, model=exp.spec.name, context=exp,
                                      label="train"):
-        record = unit_record(exp, unit, result, training_data(exp, unit, dvc_hash))
+        record = unit_record(exp, unit, result, training_data(exp, unit, dvc_hash), tags)
         store.write(unit.key, result["state"], description, record)
         done.append(record)
         log.info("%s seed %d cutoff %s: %d rows, %d epochs, loss %.4f, %.1f s", unit.model, unit.seed, unit.cutoff,
@@ -373,7 +381,11 @@ def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], 
 def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
         validation_dir: str | Path = "outputs/validation",
         features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
-    """Train every unit of ``model``'s plan that is not done; then sync MLflow with all of them."""
+    """Train every unit of ``model``'s plan that is not done.
+
+    No MLflow here: the evaluate stage makes each unit's run from its checkpoint record together
+    with its drift-matrix row (``sync``), so this process never imports MLflow or opens its store.
+    """
     from driftmatrix.audit.gate import overridden_checks
 
     exp = Experiment(params, model, slices_dir, features_dir)
@@ -381,19 +393,19 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     todo = [u for u in exp.plan.units if not store.done(u.key)]
     log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(exp.plan.units),
              exp.plan.window.name, len(exp.plan.units) - len(todo), len(todo))
-    done = train_units(exp, store, todo, recipe=ExperimentRecipe.of(params, model, slices_dir, features_dir))
-    sync(params, exp, store, overridden_checks(validation_dir))
+    overrides = overridden_checks(validation_dir)
+    tags = {"validation_override": "; ".join(overrides)} if overrides else {}
+    done = train_units(exp, store, todo, recipe=ExperimentRecipe.of(params, model, slices_dir, features_dir),
+                       tags=tags)
     return done
 
 
-def sync(params: Params, exp: Experiment, store: CheckpointStore, overrides: Sequence[str] = ()) -> dict[str, str]:
+def sync(params: Params, exp: Experiment, store: CheckpointStore) -> dict[str, str]:
     """MLflow runs, registry versions and aliases for every finished unit of the plan."""
     from driftmatrix import tracking
 
     finished = [u for u in exp.plan.units if store.done(u.key)]
     extra = {"data_version": exp.manifest["data_version"]}
-    if overrides:
-        extra["validation_override"] = "; ".join(overrides)
     return tracking.sync_units(params.tracking, exp.dataset, exp.spec.name,
                                [store.record(u.key) for u in finished],
                                {u.key: store.folder(u.key) for u in finished}, extra)

@@ -25,7 +25,13 @@ class Inputs(Protocol):
 
 
 class PixelInputs:
-    """uint8 images (N, H, W, 3) -> float batches (B, 3, H, W) in [-1, 1]."""
+    """uint8 images (N, H, W, 3) -> float batches (B, 3, H, W) in [-1, 1].
+
+    Batches are channels-last in memory (faster convolutions on CPU) unless ``channels_last`` is
+    off: a model that flattens its input (MLP) would pay a copy per batch for nothing.
+    """
+
+    channels_last = True
 
     def __init__(self, images: np.ndarray | torch.Tensor):
         data = images if isinstance(images, torch.Tensor) else torch.from_numpy(np.ascontiguousarray(images))
@@ -38,12 +44,12 @@ class PixelInputs:
 
     def to(self, device: torch.device) -> "PixelInputs":
         out = PixelInputs.__new__(PixelInputs)
-        out.data = self.data.to(device)
+        out.data, out.channels_last = self.data.to(device), self.channels_last
         return out
 
     def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor]:
         x = normalise(self.data[idx.to(self.data.device)])
-        return (x.contiguous(memory_format=torch.channels_last),)
+        return (x.contiguous(memory_format=torch.channels_last) if self.channels_last else x,)
 
 
 class RowCountInputs:
