@@ -11,7 +11,7 @@ import torch
 
 from driftmatrix.config import TrainConfig
 from driftmatrix.features.inputs import PixelInputs, RowCountInputs
-from driftmatrix.models import image, text
+from driftmatrix.models.catalog import IMAGE_SHAPES, TEXT_SHAPES
 from driftmatrix.models.heads import Prior, init_output_bias, output_bias, prior_bias
 from driftmatrix.models.registry import REGISTRY, get, is_baseline
 from driftmatrix.tasks import make_loss
@@ -73,7 +73,7 @@ def test_every_registry_model_has_one_output_bias_of_its_output_width(name):
 
 
 # every trained architecture, a frozen image and a frozen text head, and the baseline
-ONE_PER_SHAPE = sorted(image.SHAPES) + sorted(text.SHAPES) + ["DINOv2-S", "RoBERTa", "Prior"]
+ONE_PER_SHAPE = sorted(IMAGE_SHAPES) + sorted(TEXT_SHAPES) + ["DINOv2-S", "RoBERTa", "Prior"]
 
 
 @pytest.mark.parametrize("name", ONE_PER_SHAPE)

@@ -8,9 +8,10 @@ import torch
 from driftmatrix.analysis.families import PAPER_FAMILIES
 from driftmatrix.features.encoders import CATALOGUE
 from driftmatrix.models import text
+from driftmatrix.models.catalog import TEXT_SHAPES
 from driftmatrix.models.registry import REGISTRY
 
-BODIES = sorted(text.SHAPES)
+BODIES = sorted(TEXT_SHAPES)
 HEADS = sorted(CATALOGUE)
 # Authors' roster (protocol section 9) on 768-d RoBERTa states: (1 output Amazon, 7 outputs arXiv).
 # Their TX models had no positional embeddings; ours add max_len x width (counted separately).

@@ -9,18 +9,10 @@ text optimiser (AdamW, weight decay 0.01, grad-clip 1.0, lr 5e-4).
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Mapping
 
 import torch
 from torch import nn
-
-from driftmatrix.features.encoders import CATALOGUE
-from driftmatrix.models.registry import ModelSpec, register
-from driftmatrix.models.text import TRAIN_DEFAULTS as TEXT_DEFAULTS
-
-IMAGE_DEFAULTS = {"optimizer": "adam", "lr": 1e-4}
-FAMILY = {"text": "Frozen", "image": "Transfer"}  # the paper's section names
 
 
 class LinearHead(nn.Module):
@@ -32,12 +24,7 @@ class LinearHead(nn.Module):
         return self.linear(pooled)
 
 
-def _build(num_outputs: int, info: Mapping[str, Any], dropout: float | None = None) -> nn.Module:
+def build(cls: str, shape: Mapping[str, Any], num_outputs: int, info: Mapping[str, Any],
+          dropout: float | None = None) -> nn.Module:
+    """A linear head on ``info["dim"]``-d pooled features (catalogue entries of frozen encoders)."""
     return LinearHead(int(info["dim"]), num_outputs)
-
-
-for _name, _enc in CATALOGUE.items():
-    register(ModelSpec(name=_name, family=FAMILY[_enc.modality], modality=_enc.modality, inputs="pooled",
-                       build=_build, encoder=_name,
-                       train_defaults=TEXT_DEFAULTS if _enc.modality == "text" else IMAGE_DEFAULTS,
-                       description=f"linear head on frozen {_enc.source} ({_enc.backend}) pooled features"))

@@ -37,7 +37,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from driftmatrix.models.registry import BASELINE_FAMILY, ModelSpec, register
 
 PSEUDO_COUNT = 0.5
 
@@ -107,11 +106,7 @@ class Prior(nn.Module):
         return self.output_bias.repeat(len(inputs[0]), 1)  # a copy: no view of the parameter escapes
 
 
-def _build_prior(num_outputs: int, info: Mapping[str, Any] | None = None, dropout: float | None = None) -> nn.Module:
+def build(cls: str, shape: Mapping[str, Any], num_outputs: int, info: Mapping[str, Any] | None = None,
+          dropout: float | None = None) -> nn.Module:
+    """The ``Prior`` baseline network (catalogue entry ``Prior``)."""
     return Prior(num_outputs)
-
-
-register(ModelSpec(name="Prior", family=BASELINE_FAMILY, modality="any", inputs="none", build=_build_prior,
-                   train_defaults={"epochs": 0},
-                   description="constant output = the cutoff's training prior (majority class log-frequencies, "
-                               "weighted mean rating, weighted category log-odds); no inputs, no training"))

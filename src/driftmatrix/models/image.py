@@ -6,13 +6,11 @@ and parameter counts match the authors' roster (MLP-S 98k ... ViT-L 2.2M with 2 
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
 
-from driftmatrix.models.registry import ModelSpec, register
 
 
 class MLP(nn.Module):
@@ -111,29 +109,13 @@ class ViT(nn.Module):
         return self.head(self.norm(out[:, 0]))
 
 
-def _build(cls: type, kwargs: Mapping[str, Any], num_outputs: int, info: Mapping[str, Any] | None = None,
-           dropout: float | None = None) -> nn.Module:
-    if dropout is not None and cls is ViT:
-        kwargs = {**kwargs, "dropout": dropout}
-    return cls(num_outputs=num_outputs, **kwargs)
+CLASSES = {"MLP": MLP, "CNN": CNN, "ResNet": ResNet, "ViT": ViT}
 
 
-SHAPES: dict[str, tuple[str, type, dict[str, Any]]] = {
-    "MLP-S": ("MLP", MLP, {"hidden": (32,)}),
-    "MLP-M": ("MLP", MLP, {"hidden": (128, 128)}),
-    "MLP-L": ("MLP", MLP, {"hidden": (512, 512, 512)}),
-    "CNN-S": ("CNN", CNN, {"channels": (32, 64, 128)}),
-    "CNN-M": ("CNN", CNN, {"channels": (48, 96, 192, 192)}),
-    "CNN-L": ("CNN", CNN, {"channels": (64, 128, 256, 256, 512)}),
-    "ResNet-S": ("ResNet", ResNet, {"widths": (18, 36, 72), "blocks": (1, 1, 1)}),
-    "ResNet-M": ("ResNet", ResNet, {"widths": (32, 64, 128), "blocks": (2, 2, 1)}),
-    "ResNet-L": ("ResNet", ResNet, {"widths": (56, 112, 224), "blocks": (2, 2, 2)}),
-    "ViT-S": ("ViT", ViT, {"dim": 64, "depth": 2, "heads": 4, "mlp_ratio": 2.0}),
-    "ViT-M": ("ViT", ViT, {"dim": 128, "depth": 4, "heads": 4, "mlp_ratio": 2.0}),
-    "ViT-L": ("ViT", ViT, {"dim": 192, "depth": 6, "heads": 6, "mlp_ratio": 3.0}),
-}
-
-for _name, (_family, _cls, _kwargs) in SHAPES.items():
-    register(ModelSpec(name=_name, family=_family, modality="image", inputs="pixels",
-                       build=partial(_build, _cls, _kwargs),
-                       description=f"{_cls.__name__} {_kwargs}, trained from raw pixels"))
+def build(cls: str, shape: Mapping[str, Any], num_outputs: int, info: Mapping[str, Any] | None = None,
+          dropout: float | None = None) -> nn.Module:
+    """The network of a catalogue entry (``models.catalog.IMAGE_SHAPES``)."""
+    kwargs = dict(shape)
+    if dropout is not None and cls == "ViT":
+        kwargs["dropout"] = dropout
+    return CLASSES[cls](num_outputs=num_outputs, **kwargs)

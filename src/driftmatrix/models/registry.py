@@ -4,7 +4,8 @@ A spec says how to build the network (``build(num_outputs, info)``), which input
 (raw ``pixels``, cached ``token_states``, cached ``pooled`` encoder features, or ``none``: only
 the batch size, for the ``Prior`` baseline of ``models.heads``) and any
 optimiser defaults that differ from ``params.yaml: train`` (e.g. frozen-encoder heads use lr 1e-4
-on images). Modules that define models register them on import; :func:`get` imports them lazily.
+on images). ``models.catalog`` registers every variant without importing torch; :func:`get` imports
+it lazily.
 """
 
 from __future__ import annotations
@@ -15,9 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 INPUTS = ("pixels", "token_states", "pooled", "none")
-# Modules that register models when imported (kept lazy: torch loads only when a model is needed).
-MODEL_MODULES = ["driftmatrix.models.image", "driftmatrix.models.text", "driftmatrix.models.frozen",
-                 "driftmatrix.models.heads"]
+# The module that registers every model when imported (torch-free: networks load when built).
+MODEL_MODULES = ["driftmatrix.models.catalog"]
 BASELINE_FAMILY = "Baseline"  # reference models (Prior): no learning; keep them out of cohort means
 
 

@@ -10,7 +10,6 @@ Transformers add the learnable positions the paper describes (``max_len x width`
 
 from __future__ import annotations
 
-from functools import partial
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -18,10 +17,7 @@ from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from driftmatrix.features.pooling import masked_mean
-from driftmatrix.models.registry import ModelSpec, register
 
-DEFAULT_ENCODER = "RoBERTa"  # the paper's token states; params `embed.token_encoder` overrides
-TRAIN_DEFAULTS = {"optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0, "lr": 5e-4}
 
 
 def _mlp_head(in_features: int, hidden: int, num_outputs: int, dropout: float) -> nn.Sequential:
@@ -113,33 +109,15 @@ class TextTransformer(nn.Module):
         return self.out(masked_mean(x, mask))
 
 
-def _build(cls: type, kwargs: Mapping[str, Any], num_outputs: int, info: Mapping[str, Any],
-           dropout: float | None = None) -> nn.Module:
+CLASSES = {"FFN": FFN, "TextCNN": TextCNN, "BiRNN": BiRNN, "TextTransformer": TextTransformer}
+
+
+def build(cls: str, shape: Mapping[str, Any], num_outputs: int, info: Mapping[str, Any],
+          dropout: float | None = None) -> nn.Module:
+    """The network of a catalogue entry (``models.catalog.TEXT_SHAPES``) over ``info["dim"]``-d states."""
     extra: dict[str, Any] = {"dim": int(info["dim"])}
-    if cls is TextTransformer:
+    if cls == "TextTransformer":
         extra["max_len"] = int(info["max_len"])
     if dropout is not None:
         extra["dropout"] = dropout
-    return cls(num_outputs=num_outputs, **kwargs, **extra)
-
-
-SHAPES: dict[str, tuple[str, type, dict[str, Any]]] = {
-    "FFN-S": ("FFN", FFN, {"hidden": 128}),
-    "FFN-M": ("FFN", FFN, {"hidden": 512}),
-    "FFN-L": ("FFN", FFN, {"hidden": 2048}),
-    "TextCNN-S": ("TextCNN", TextCNN, {"filters": 16, "widths": (3, 4), "proj": 64}),
-    "TextCNN-M": ("TextCNN", TextCNN, {"filters": 48, "widths": (3, 4, 5), "proj": 128}),
-    "TextCNN-L": ("TextCNN", TextCNN, {"filters": 192, "widths": (3, 4, 5), "proj": 256}),
-    "BiGRU-S": ("Recurrent", BiRNN, {"hidden": 64, "layers": 1, "cell": "gru"}),
-    "BiLSTM-M": ("Recurrent", BiRNN, {"hidden": 160, "layers": 1, "cell": "lstm"}),
-    "BiLSTM-Attn-L": ("Recurrent", BiRNN, {"hidden": 224, "layers": 2, "cell": "lstm", "attention": True}),
-    "TX-S": ("Transformer", TextTransformer, {"width": 64, "heads": 4, "layers": 1, "ff": 128}),
-    "TX-M": ("Transformer", TextTransformer, {"width": 112, "heads": 4, "layers": 4, "ff": 224}),
-    "TX-L": ("Transformer", TextTransformer, {"width": 192, "heads": 6, "layers": 5, "ff": 512}),
-}
-
-for _name, (_family, _cls, _kwargs) in SHAPES.items():
-    register(ModelSpec(name=_name, family=_family, modality="text", inputs="token_states",
-                       build=partial(_build, _cls, _kwargs), encoder=DEFAULT_ENCODER,
-                       train_defaults=TRAIN_DEFAULTS,
-                       description=f"{_cls.__name__} {_kwargs}, over cached frozen token states"))
+    return CLASSES[cls](num_outputs=num_outputs, **shape, **extra)

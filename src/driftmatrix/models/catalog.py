@@ -1,0 +1,89 @@
+"""Every named model variant (the paper's names), registered without importing torch.
+
+A spec's ``build`` is a :class:`Builder` naming the module and class that make the network; the
+module (and torch) load only when a network is built. Stages that only need a model's identity
+(its family, inputs, description and training defaults, which key its units), such as
+``matrices`` and ``status``, never import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from driftmatrix.features.encoders import CATALOGUE
+from driftmatrix.models.registry import BASELINE_FAMILY, ModelSpec, register
+
+DEFAULT_ENCODER = "RoBERTa"  # the paper's token states; params `embed.token_encoder` overrides
+TEXT_DEFAULTS = {"optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0, "lr": 5e-4}
+IMAGE_HEAD_DEFAULTS = {"optimizer": "adam", "lr": 1e-4}
+HEAD_FAMILY = {"text": "Frozen", "image": "Transfer"}  # the paper's section names
+
+# name -> (family, class in models.image, its shape)
+IMAGE_SHAPES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "MLP-S": ("MLP", "MLP", {"hidden": (32,)}),
+    "MLP-M": ("MLP", "MLP", {"hidden": (128, 128)}),
+    "MLP-L": ("MLP", "MLP", {"hidden": (512, 512, 512)}),
+    "CNN-S": ("CNN", "CNN", {"channels": (32, 64, 128)}),
+    "CNN-M": ("CNN", "CNN", {"channels": (48, 96, 192, 192)}),
+    "CNN-L": ("CNN", "CNN", {"channels": (64, 128, 256, 256, 512)}),
+    "ResNet-S": ("ResNet", "ResNet", {"widths": (18, 36, 72), "blocks": (1, 1, 1)}),
+    "ResNet-M": ("ResNet", "ResNet", {"widths": (32, 64, 128), "blocks": (2, 2, 1)}),
+    "ResNet-L": ("ResNet", "ResNet", {"widths": (56, 112, 224), "blocks": (2, 2, 2)}),
+    "ViT-S": ("ViT", "ViT", {"dim": 64, "depth": 2, "heads": 4, "mlp_ratio": 2.0}),
+    "ViT-M": ("ViT", "ViT", {"dim": 128, "depth": 4, "heads": 4, "mlp_ratio": 2.0}),
+    "ViT-L": ("ViT", "ViT", {"dim": 192, "depth": 6, "heads": 6, "mlp_ratio": 3.0}),
+}
+
+# name -> (family, class in models.text, its shape)
+TEXT_SHAPES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "FFN-S": ("FFN", "FFN", {"hidden": 128}),
+    "FFN-M": ("FFN", "FFN", {"hidden": 512}),
+    "FFN-L": ("FFN", "FFN", {"hidden": 2048}),
+    "TextCNN-S": ("TextCNN", "TextCNN", {"filters": 16, "widths": (3, 4), "proj": 64}),
+    "TextCNN-M": ("TextCNN", "TextCNN", {"filters": 48, "widths": (3, 4, 5), "proj": 128}),
+    "TextCNN-L": ("TextCNN", "TextCNN", {"filters": 192, "widths": (3, 4, 5), "proj": 256}),
+    "BiGRU-S": ("Recurrent", "BiRNN", {"hidden": 64, "layers": 1, "cell": "gru"}),
+    "BiLSTM-M": ("Recurrent", "BiRNN", {"hidden": 160, "layers": 1, "cell": "lstm"}),
+    "BiLSTM-Attn-L": ("Recurrent", "BiRNN", {"hidden": 224, "layers": 2, "cell": "lstm", "attention": True}),
+    "TX-S": ("Transformer", "TextTransformer", {"width": 64, "heads": 4, "layers": 1, "ff": 128}),
+    "TX-M": ("Transformer", "TextTransformer", {"width": 112, "heads": 4, "layers": 4, "ff": 224}),
+    "TX-L": ("Transformer", "TextTransformer", {"width": 192, "heads": 6, "layers": 5, "ff": 512}),
+}
+
+
+@dataclass(frozen=True)
+class Builder:
+    """``build(num_outputs, info, dropout=None)`` -> ``<module>.build(cls, shape, ...)``, imported
+    on first call (picklable, so Ray workers receive specs as they are)."""
+
+    module: str
+    cls: str = ""
+    shape: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self, num_outputs: int, info: Mapping[str, Any] | None = None, dropout: float | None = None):
+        return importlib.import_module(self.module).build(self.cls, self.shape, num_outputs, info or {}, dropout)
+
+
+for _name, (_family, _cls, _shape) in IMAGE_SHAPES.items():
+    register(ModelSpec(name=_name, family=_family, modality="image", inputs="pixels",
+                       build=Builder("driftmatrix.models.image", _cls, _shape),
+                       description=f"{_cls} {_shape}, trained from raw pixels"))
+
+for _name, (_family, _cls, _shape) in TEXT_SHAPES.items():
+    register(ModelSpec(name=_name, family=_family, modality="text", inputs="token_states",
+                       build=Builder("driftmatrix.models.text", _cls, _shape), encoder=DEFAULT_ENCODER,
+                       train_defaults=TEXT_DEFAULTS,
+                       description=f"{_cls} {_shape}, over cached frozen token states"))
+
+for _name, _enc in CATALOGUE.items():
+    register(ModelSpec(name=_name, family=HEAD_FAMILY[_enc.modality], modality=_enc.modality, inputs="pooled",
+                       build=Builder("driftmatrix.models.frozen"), encoder=_name,
+                       train_defaults=TEXT_DEFAULTS if _enc.modality == "text" else IMAGE_HEAD_DEFAULTS,
+                       description=f"linear head on frozen {_enc.source} ({_enc.backend}) pooled features"))
+
+register(ModelSpec(name="Prior", family=BASELINE_FAMILY, modality="any", inputs="none",
+                   build=Builder("driftmatrix.models.heads"), train_defaults={"epochs": 0},
+                   description="constant output = the cutoff's training prior (majority class log-frequencies, "
+                               "weighted mean rating, weighted category log-odds); no inputs, no training"))
