@@ -45,19 +45,16 @@ def data_generate(params: Path = PARAMS_OPT,
                   force: bool = typer.Option(False, help="Rewrite even if the folder is complete.")) -> None:
     """Write the built-in dataset in the format of dataset.source: yearbook portraits, amazon
     reviews or arxiv papers (see src/driftmatrix/data/synthetic*.py)."""
-    from driftmatrix.data import synthetic, synthetic_text
+    from driftmatrix.data import synthetic
 
     p = _params(params)
     target = out or Path(p.dataset.path)
     if holds_real_data(target) and not force:
         typer.echo(f"{target} holds data that was not generated here (no .complete stamp): left as it is")
         return
-    if p.dataset.source in synthetic_text.WRITERS:
-        n = synthetic_text.WRITERS[p.dataset.source](p.synthetic, target, force=force)
-        typer.echo(f"synthetic {p.dataset.source} text ({p.synthetic.scenario}): {n} documents in {target}")
-        return
-    n = synthetic.write_dataset(p.synthetic, target, force=force)
-    typer.echo(f"synthetic yearbook ({p.synthetic.scenario}): {n} images in {target}")
+    what, n = synthetic.write_builtin(p.dataset.source, p.synthetic, target, force=force)
+    typer.echo(f"synthetic {what} ({p.synthetic.scenario}): {n} {'images' if what == 'yearbook' else 'documents'} "
+               f"in {target}")
 
 
 def holds_real_data(target: Path) -> bool:

@@ -54,7 +54,7 @@ def prepare(params: Params, paths: Paths, generate: bool = False) -> None:
     from driftmatrix.data import ingest, synthetic
 
     if generate:
-        synthetic.write_dataset(params.synthetic, params.dataset.path)
+        synthetic.write_builtin(params.dataset.source, params.synthetic, params.dataset.path)
     ingest.run(params, paths.ingested)
     slicing.run(params, paths.ingested, paths.slices)
 

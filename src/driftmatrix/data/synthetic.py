@@ -135,6 +135,16 @@ def cue_region(size: int = 32) -> tuple[slice, slice]:
     return slice(lo, hi), slice(lo, hi)
 
 
+def write_builtin(source: str, cfg, target: str | Path, force: bool = False) -> tuple[str, int]:
+    """The built-in dataset in the format ``dataset.source`` reads: Amazon reviews or arXiv papers
+    (``synthetic_text``), else Yearbook portraits; returns (what, how many documents/images)."""
+    from driftmatrix.data import synthetic_text
+
+    if source in synthetic_text.WRITERS:
+        return f"{source} text", synthetic_text.WRITERS[source](cfg, target, force=force)
+    return "yearbook", write_dataset(cfg, target, force=force)
+
+
 def write_dataset(cfg: SyntheticConfig, root: str | Path, force: bool = False) -> int:
     """Write the dataset as ``root/{F,M}/<year>_synthetic_<n>.png`` (the Yearbook layout).
 
