@@ -26,3 +26,30 @@ def test_image_models_match_published_size_and_train(name):
 def test_unknown_model_names_the_known_ones():
     with pytest.raises(KeyError, match="CNN-S"):
         REGISTRY["CNN-XL"]
+
+
+def test_cnn_pools_before_its_relu_with_the_same_outputs_and_gradients_bit_for_bit():
+    """ReLU after max-pool (cheaper) must equal the textbook conv-BN-ReLU-pool block exactly."""
+    from torch import nn
+
+    torch.manual_seed(0)
+    ours = REGISTRY["CNN-S"].build(2, {})
+    layers = list(ours.features)
+    assert isinstance(layers[2], nn.MaxPool2d) and isinstance(layers[3], nn.ReLU)
+    textbook = REGISTRY["CNN-S"].build(2, {})
+    textbook.load_state_dict(ours.state_dict())  # parameter names are those of the textbook order
+    swapped = []
+    for i in range(0, len(layers), 4):
+        conv, bn, pool, relu = textbook.features[i:i + 4]
+        swapped += [conv, bn, nn.ReLU(), pool]
+    textbook.features = nn.Sequential(*swapped)
+    gen = torch.Generator().manual_seed(1)
+    x = torch.randn(16, 3, 32, 32, generator=gen)
+    x[:, :, :4] = -1.0  # windows of only negative values and ties
+    for model in (ours, textbook):
+        model.train()
+        model(x).square().sum().backward()
+    assert torch.equal(ours(x), textbook(x))
+    for (name, a), b in zip(ours.named_parameters(), textbook.parameters()):
+        assert a.grad is not None and a.grad.abs().sum() > 0, name
+        assert torch.equal(a.grad, b.grad), name
