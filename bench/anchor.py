@@ -368,7 +368,8 @@ def main(argv: list[str] | None = None) -> None:
                         res.theirs.append((rep, r))
                         subprocess.run(["rm", "-rf", str(run_dir)], check=True)
                         save(args.json, res)
-                        print(f"[{rep}] authors {model} seed {seed}: {r.seconds:.1f} s (load {load:.1f})", flush=True)
+                        print(f"[{rep}] authors {model} seed {args.first_seed + seed}: {r.seconds:.1f} s (load {load:.1f})",
+                              flush=True)
                 for prec in args.precision:
                     keep = args.keep / f"{model}-{prec}-{rep}" if args.keep else None
                     o = run_ours(base, raw, model, args.seeds, prec, keep, args.threads, args.first_seed)
