@@ -10,7 +10,8 @@ uninterrupted reference run of the same configuration:
   random moments spread over the reference run time (one trial = a few kills, then a run to the
   end), and restarted after each kill.
 - ``train``: the stages before training run once, then ``driftmatrix train -m <model>`` (no DVC)
-  is SIGKILLed at random moments and restarted; ``dvc repro`` finishes the rest.
+  is SIGKILLed at random moments after it starts its units (counted from its plan log line) and
+  restarted; ``dvc repro`` finishes the rest.
 - ``ray``: as ``train`` with ``runtime.executor: ray``; a busy Ray worker (a ``ray::`` process
   under the driver) is SIGKILLed at random moments while the driver lives on. Ray retries its unit.
 
@@ -370,6 +371,9 @@ def timed(gaps: list[float]) -> list[Moment]:
 Moment = tuple  # (mark or None, seconds): when to kill, counted from the output's mark or the start
 
 
+UNITS_MARK = "units in the plan"  # training's log line just before its first unit
+
+
 def stage(name: str) -> str:
     """The mark of a DVC stage's start in ``dvc repro``'s output."""
     return f"Running stage '{name}'"
@@ -407,13 +411,15 @@ def dvc_trial(root: Path, cfg: Config, reference: dict[str, list], moments: list
 
 
 def train_trial(root: Path, cfg: Config, reference: dict, gaps: list[float], model: str = "MLP-S") -> Trial:
-    """Kill a ``driftmatrix train -m <model>`` process after each gap (seconds from its start);
-    restart; finish with dvc repro."""
+    """Kill a ``driftmatrix train -m <model>`` process after each gap (seconds from the moment it
+    starts its units); restart; finish with dvc repro."""
     trial, t0 = Trial("driftmatrix train"), time.monotonic()
     repo = make_repo(root, cfg)
     repo.run(["dvc", "repro", "validate", "embed"])
     log_path = root / "log.txt"
-    restart_loop(repo, trial, ["driftmatrix", "train", "-m", model], timed(gaps), log_path)
+    # seconds count from the plan line, printed once imports and data loading are done: the kills
+    # land while units train and checkpoints are written, not during Python's start-up
+    restart_loop(repo, trial, ["driftmatrix", "train", "-m", model], [(UNITS_MARK, g) for g in gaps], log_path)
     if not trial.failures:
         out = run_until(repo, ["dvc", "repro"], None, log_path)
         if out.rc != 0:
