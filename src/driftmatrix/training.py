@@ -195,7 +195,7 @@ class Experiment:
         torch.manual_seed(seed)
         kwargs = {"dropout": self.cfg.dropout} if self.cfg.dropout is not None else {}
         model = self.spec.build(self.meta.num_outputs, self.info, **kwargs).to(self.device)
-        if self.spec.inputs == "pixels" and self.inputs.channels_last:  # as PixelInputs batches
+        if self.spec.inputs == "pixels" and getattr(self.inputs, "channels_last", True):  # as its batches
             model = model.to(memory_format=torch.channels_last)
         return model
 
