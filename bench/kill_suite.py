@@ -420,10 +420,15 @@ def train_trial(root: Path, cfg: Config, reference: dict, gaps: list[float], mod
     # seconds count from the plan line, printed once imports and data loading are done: the kills
     # land while units train and checkpoints are written, not during Python's start-up
     restart_loop(repo, trial, ["driftmatrix", "train", "-m", model], [(UNITS_MARK, g) for g in gaps], log_path)
+    return finish(repo, trial, reference, log_path, "the train kills", t0)
+
+
+def finish(repo: Repo, trial: Trial, reference: dict, log_path: Path, after: str, t0: float) -> Trial:
+    """Unless the trial already failed, ``dvc repro`` to the end; then check it against the reference."""
     if not trial.failures:
         out = run_until(repo, ["dvc", "repro"], None, log_path)
         if out.rc != 0:
-            trial.failures.append(f"dvc repro after the train kills failed (exit {out.rc}):\n{log_tail(log_path)}")
+            trial.failures.append(f"dvc repro after {after} failed (exit {out.rc}):\n{log_tail(log_path)}")
     trial.check = check(repo, reference) if not trial.failures else None
     trial.seconds = time.monotonic() - t0
     return trial
@@ -494,12 +499,7 @@ def ray_trial(root: Path, cfg: Config, reference: dict, gaps: list[float], rng: 
         trial.failures.append(f"train exited {out.rc} after {trial.kills} worker kills:\n{log_tail(log_path)}")
     else:
         trial.recoveries = trial.kills
-        out = run_until(repo, ["dvc", "repro"], None, log_path)
-        if out.rc != 0:
-            trial.failures.append(f"dvc repro after the worker kills failed (exit {out.rc}):\n{log_tail(log_path)}")
-    trial.check = check(repo, reference) if not trial.failures else None
-    trial.seconds = time.monotonic() - t0
-    return trial
+    return finish(repo, trial, reference, log_path, "the worker kills", t0)
 
 
 # --- the suite ---------------------------------------------------------------------------------
