@@ -11,10 +11,9 @@ PARAMS ?= params.yaml
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt pyproject.toml tools/install_deps.py
 	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -r requirements.txt
-	$(VENV)/bin/pip install -q --no-deps -e .
+	$(PYTHON) tools/install_deps.py $(VENV)
 	touch $(STAMP)
 
 install: $(STAMP)  ## create .venv and install pinned requirements (skipped when up to date)
