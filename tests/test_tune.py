@@ -306,3 +306,12 @@ def test_ray_executor_runs_the_same_study_as_local(slices, monkeypatch, ray_clus
     trials, runs, _ = seen["ray"]
     assert [t[1] for t in trials].count("COMPLETE") >= 2 and len(runs) == 4
     assert all(r[1] == "FINISHED" and r[4] for r in runs)
+
+
+def test_dropout_is_tuned_only_for_models_that_have_it():
+    from driftmatrix.models.registry import REGISTRY
+    from driftmatrix.tune import has_dropout
+
+    assert has_dropout(REGISTRY["ViT-S"].build(2, {}))  # MaskDropout blocks
+    assert has_dropout(REGISTRY["FFN-S"].build(2, {"dim": 16}))  # nn.Dropout head
+    assert not has_dropout(REGISTRY["CNN-S"].build(2, {}))

@@ -148,6 +148,8 @@ def model_plan(params: Params, model: str, manifest: Mapping[str, Any]) -> Model
     identity = {"model": spec.name, "family": spec.family, "inputs": spec.inputs, "encoder": spec.encoder or "",
                 "description": spec.description, "task": meta.task, "outputs": meta.num_outputs,
                 "features": encoder_identity(spec.inputs, spec.encoder, params.extra.get("embed"))}
+    if spec.revision:
+        identity["revision"] = spec.revision
     slice_hashes(manifest)  # a clear error for slices written before content hashes existed
     return plan_model(params.dataset.name, model, spec.family, identity, effective_config(params, model),
                       manifest["slices"])

@@ -218,7 +218,9 @@ def with_config(exp, cfg: TrainConfig):
 def has_dropout(model) -> bool:
     from torch import nn
 
-    return any(isinstance(m, nn.Dropout) for m in model.modules())
+    from driftmatrix.models.dropout import MaskDropout
+
+    return any(isinstance(m, (nn.Dropout, MaskDropout)) for m in model.modules())
 
 
 # --- the study (side effects: storage, MLflow, preset file) ---------------------------------------

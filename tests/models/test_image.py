@@ -53,3 +53,47 @@ def test_cnn_pools_before_its_relu_with_the_same_outputs_and_gradients_bit_for_b
     for (name, a), b in zip(ours.named_parameters(), textbook.parameters()):
         assert a.grad is not None and a.grad.abs().sum() > 0, name
         assert torch.equal(a.grad, b.grad), name
+
+
+def test_vit_block_computes_what_torch_encoder_layer_computes():
+    """Same arithmetic and initialisation as nn.TransformerEncoderLayer (pre-norm, gelu); only the
+    dropout masks are drawn differently (tests/models/test_dropout.py)."""
+    from driftmatrix.models.image import EncoderBlock
+
+    torch.manual_seed(0)
+    ours = EncoderBlock(64, 4, 128, 0.1).eval()
+    ref = torch.nn.TransformerEncoderLayer(64, 4, 128, 0.1, activation="gelu", batch_first=True,
+                                           norm_first=True).eval()
+    with torch.no_grad():
+        ref.self_attn.in_proj_weight.copy_(ours.qkv.weight)
+        ref.self_attn.in_proj_bias.copy_(ours.qkv.bias)
+        for a, b in ((ref.self_attn.out_proj, ours.proj), (ref.linear1, ours.fc1), (ref.linear2, ours.fc2),
+                     (ref.norm1, ours.norm1), (ref.norm2, ours.norm2)):
+            a.weight.copy_(b.weight)
+            a.bias.copy_(b.bias)
+    x = torch.randn(5, 65, 64)
+    torch.testing.assert_close(ours(x), ref(x), rtol=1e-5, atol=1e-5)
+    assert torch.count_nonzero(ours.qkv.bias) == torch.count_nonzero(ours.proj.bias) == 0
+    assert ours.qkv.weight.abs().max() <= (6 / (64 + 192)) ** 0.5  # xavier-uniform bound, as torch's
+
+
+def test_a_model_revision_rekeys_only_that_models_units(monkeypatch):
+    """ViT's MaskDropout blocks (revision 1) change its numbers, so its units are redone; a model
+    at revision 0 keeps the key it always had (no "revision" in its identity)."""
+    import dataclasses
+
+    from driftmatrix.config import parse_params
+    from driftmatrix.models import registry
+    from driftmatrix.training import model_plan
+
+    params = parse_params({"dataset": {"name": "toy"}, "models": {"ViT-S": {}, "CNN-S": {}}})
+    manifest = {"dataset": {"name": "toy", "task": "binary", "input_kind": "image", "class_names": ["F", "M"]},
+                "slices": [{"index": 0, "label": "2000", "hash": "h0"}, {"index": 1, "label": "2001", "hash": "h1"}]}
+    assert REGISTRY["ViT-S"].revision == 1 and REGISTRY["CNN-S"].revision == 0
+    before = {m: [u.key for u in model_plan(params, m, manifest).units] for m in ("ViT-S", "CNN-S")}
+    specs = dict(registry.REGISTRY._all())
+    monkeypatch.setitem(registry.REGISTRY._specs, "ViT-S", dataclasses.replace(specs["ViT-S"], revision=0))
+    monkeypatch.setitem(registry.REGISTRY._specs, "CNN-S", dataclasses.replace(specs["CNN-S"], revision=0))
+    after = {m: [u.key for u in model_plan(params, m, manifest).units] for m in ("ViT-S", "CNN-S")}
+    assert len(before["ViT-S"]) == 4 and not set(before["ViT-S"]) & set(after["ViT-S"])
+    assert before["CNN-S"] == after["CNN-S"]

@@ -36,6 +36,9 @@ IMAGE_SHAPES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "ViT-L": ("ViT", "ViT", {"dim": 192, "depth": 6, "heads": 6, "mlp_ratio": 3.0}),
 }
 
+# family -> code revision (ModelSpec.revision): 1 = ViT blocks with MaskDropout (models.dropout)
+IMAGE_REVISIONS = {"ViT": 1}
+
 # name -> (family, class in models.text, its shape)
 TEXT_SHAPES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "FFN-S": ("FFN", "FFN", {"hidden": 128}),
@@ -69,7 +72,8 @@ class Builder:
 for _name, (_family, _cls, _shape) in IMAGE_SHAPES.items():
     register(ModelSpec(name=_name, family=_family, modality="image", inputs="pixels",
                        build=Builder("driftmatrix.models.image", _cls, _shape),
-                       description=f"{_cls} {_shape}, trained from raw pixels"))
+                       description=f"{_cls} {_shape}, trained from raw pixels",
+                       revision=IMAGE_REVISIONS.get(_family, 0)))
 
 for _name, (_family, _cls, _shape) in TEXT_SHAPES.items():
     register(ModelSpec(name=_name, family=_family, modality="text", inputs="token_states",

@@ -11,6 +11,7 @@ from typing import Any, Mapping, Sequence
 import torch
 from torch import nn
 
+from driftmatrix.models.dropout import MaskDropout
 
 
 class MLP(nn.Module):
@@ -88,6 +89,32 @@ class ResNet(nn.Module):
         return self.head(self.stages(self.stem(x)).mean(dim=(2, 3)))
 
 
+class EncoderBlock(nn.Module):
+    """Pre-norm Transformer encoder layer: the arithmetic of ``nn.TransformerEncoderLayer(dim,
+    heads, hidden, dropout, activation="gelu", norm_first=True)`` with its initialisation, its
+    four dropouts (attention weights, after attention, inside and after the MLP) made with
+    :class:`MaskDropout` (``nn.MultiheadAttention`` draws its attention dropout internally, so the
+    layer is written out here)."""
+
+    def __init__(self, dim: int, heads: int, hidden: int, dropout: float):
+        super().__init__()
+        self.heads = heads
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.drop = MaskDropout(dropout)
+        nn.init.xavier_uniform_(self.qkv.weight)  # as nn.MultiheadAttention initialises in_proj
+        nn.init.zeros_(self.qkv.bias)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        q, k, v = self.qkv(self.norm1(x)).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        weights = self.drop(((q * (q.shape[-1] ** -0.5)) @ k.transpose(-2, -1)).softmax(dim=-1))
+        x = x + self.drop(self.proj((weights @ v).transpose(1, 2).reshape(b, n, d)))
+        return x + self.drop(self.fc2(self.drop(nn.functional.gelu(self.fc1(self.norm2(x))))))
+
+
 class ViT(nn.Module):
     """Patch embedding, class token, learnable positions, pre-norm Transformer encoder."""
 
@@ -100,18 +127,15 @@ class ViT(nn.Module):
         self.pos_embed = nn.Parameter(torch.zeros(1, n_patches + 1, dim))
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
-        self.dropout = nn.Dropout(dropout)
-        layer = nn.TransformerEncoderLayer(dim, heads, int(dim * mlp_ratio), dropout, activation="gelu",
-                                           batch_first=True, norm_first=True)
-        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.dropout = MaskDropout(dropout)
+        self.blocks = nn.Sequential(*(EncoderBlock(dim, heads, int(dim * mlp_ratio), dropout) for _ in range(depth)))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_outputs)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         tokens = self.patch_embed(x).flatten(2).transpose(1, 2)
         tokens = torch.cat([self.cls_token.expand(len(x), -1, -1), tokens], dim=1) + self.pos_embed
-        out = self.encoder(self.dropout(tokens))
-        return self.head(self.norm(out[:, 0]))
+        return self.head(self.norm(self.blocks(self.dropout(tokens))[:, 0]))
 
 
 CLASSES = {"MLP": MLP, "CNN": CNN, "ResNet": ResNet, "ViT": ViT}

@@ -31,6 +31,9 @@ class ModelSpec:
     encoder: str | None = None  # for token_states / pooled: the feature-cache encoder key
     train_defaults: Mapping[str, Any] = field(default_factory=dict)  # e.g. {"lr": 1e-4}
     description: str = ""
+    # Bump when this model's code changes its numbers for the same settings: only its units
+    # are redone (units.UNIT_FORMAT redoes every model's). 0 adds nothing to the unit key.
+    revision: int = 0
 
 
 class _Registry(collections.abc.Mapping):
