@@ -19,3 +19,28 @@ def test_a_cell_scores_its_rows_and_an_empty_cell_is_null_not_zero():
     assert empty["value"] is None and empty["n_eval"] == 0
     assert row_summary([50.0, None, 100.0], 0) == {"in_distribution": 50.0, "future_mean": 100.0}
     assert row_summary([None, 80.0, 100.0], 1) == {"in_distribution": 80.0, "future_mean": 100.0}
+
+
+def test_eval_batches_are_made_once_per_set_within_the_budget_and_predict_the_same():
+    import torch
+
+    from driftmatrix.evaluation import EvalBatches
+    from driftmatrix.features.inputs import PixelInputs
+    from driftmatrix.models.registry import REGISTRY
+    from driftmatrix.training import predict
+
+    rng = np.random.default_rng(0)
+    inputs = PixelInputs(rng.integers(0, 256, (50, 32, 32, 3), dtype=np.uint8))
+    inputs.channels_last = False
+    torch.manual_seed(0)
+    model = REGISTRY["MLP-S"].build(2, {})
+    rows = np.arange(3, 40, 2)
+    cache = EvalBatches(inputs, batch_size=8)
+    first = cache.get(1, "test", rows)
+    assert cache.get(1, "test", rows) is first and len(first) == 3  # 19 rows in batches of 8
+    direct = predict(model, inputs, 8, rows=rows)
+    assert direct.shape == (19, 2)
+    np.testing.assert_array_equal(predict(model, inputs, batches=first), direct)
+    # a set larger than what is left of the budget is made per call and not kept
+    small = EvalBatches(inputs, batch_size=8, budget=19 * 3 * 32 * 32 * 4 - 1)
+    assert small.get(1, "test", rows) is not small.get(1, "test", rows) and not small.kept

@@ -85,6 +85,30 @@ def current_row(plan: ModelPlan, unit: Unit, hashes: Sequence[str], cells: Mappi
     return {"values": values, "n_eval": n_eval, "left_out": left_out}
 
 
+class EvalBatches:
+    """Each evaluation set's input batches, made once per process and reused by every checkpoint
+    that scores the set (turning a slice's uint8 pixels into normalised floats costs more than an
+    MLP-S forward pass over them). Up to ``budget`` bytes are kept; past it, batches are made per
+    call as before. The batches are the same tensors either way, so scores are unchanged."""
+
+    BUDGET = 512 << 20
+
+    def __init__(self, inputs, batch_size: int, budget: int = BUDGET):
+        self.inputs, self.batch_size, self.left = inputs, batch_size, budget
+        self.kept: dict[tuple[int, str], list] = {}
+
+    def get(self, j: int, evalset: str, rows: np.ndarray):
+        from driftmatrix.training import input_batches
+
+        if (j, evalset) in self.kept:
+            return self.kept[j, evalset]
+        batches = list(input_batches(self.inputs, self.batch_size, rows))
+        size = sum(t.element_size() * t.nelement() for batch in batches for t in batch)
+        if size <= self.left:
+            self.kept[j, evalset], self.left = batches, self.left - size
+        return batches
+
+
 def score_task(exp, item: tuple[Unit, list[Cell], str]) -> dict[str, dict[str, Any]]:
     """Worker side: load one checkpoint and score the given cells on their own rows."""
     from driftmatrix.training import CheckpointStore, predict
@@ -92,10 +116,13 @@ def score_task(exp, item: tuple[Unit, list[Cell], str]) -> dict[str, dict[str, A
     unit, cells, checkpoints_dir = item
     model = exp.load_unit(CheckpointStore(checkpoints_dir, unit.model), unit.key)
     categories = tuple(c.removeprefix("label_") for c in exp.meta.label_columns)
+    if exp.eval_batches is None:  # each executor's own context keeps its own
+        exp.eval_batches = EvalBatches(exp.inputs, exp.cfg.eval_batch_size)
     out = {}
     for cell in cells:
         rows = np.flatnonzero(eval_mask(exp.slice_ids, exp.split, unit.cutoff_index, cell.j))
-        outputs = predict(model, exp.inputs, exp.cfg.eval_batch_size, exp.cfg.precision, rows)
+        outputs = predict(model, exp.inputs, precision=exp.cfg.precision,
+                          batches=exp.eval_batches.get(cell.j, cell.evalset, rows))
         out[cell.key] = {"slice": cell.label, "j": cell.j, "evalset": cell.evalset,
                          **score_cell(outputs, exp.targets_np[rows], exp.meta.task, categories)}
     return out

@@ -115,22 +115,30 @@ def autocast(device, precision: str):
     return torch.autocast(torch.device(device).type, dtype=torch.bfloat16, enabled=precision == "bf16")
 
 
-def predict(model, inputs, batch_size: int = 1024, precision: str = "fp32",
-            rows: np.ndarray | None = None) -> np.ndarray:
-    """Outputs of ``model`` for ``rows`` of ``inputs`` (default: every row), in batches.
+def input_batches(inputs, batch_size: int, rows: np.ndarray | None = None):
+    """The model inputs of ``rows`` of ``inputs`` (default: every row), ``batch_size`` rows at a time.
 
     Batches never mix rows across calls, so a slice predicted alone gives the same outputs as
     the same slice predicted with others when the caller predicts slice by slice.
     """
     import torch
 
+    rows = torch.arange(len(inputs)) if rows is None else torch.as_tensor(rows, dtype=torch.long)
+    return (inputs.batch(rows[start:start + batch_size]) for start in range(0, len(rows), batch_size))
+
+
+def predict(model, inputs, batch_size: int = 1024, precision: str = "fp32",
+            rows: np.ndarray | None = None, batches=None) -> np.ndarray:
+    """Outputs of ``model`` for ``rows`` of ``inputs`` in batches (:func:`input_batches`), or for
+    ``batches`` already made by it."""
+    import torch
+
     model.eval()
     device = next(model.parameters()).device
-    rows = torch.arange(len(inputs)) if rows is None else torch.as_tensor(rows, dtype=torch.long)
     outs = []
     with torch.inference_mode(), autocast(device, precision):
-        for start in range(0, len(rows), batch_size):
-            outs.append(model(*inputs.batch(rows[start:start + batch_size])).float().cpu())
+        for batch in input_batches(inputs, batch_size, rows) if batches is None else batches:
+            outs.append(model(*batch).float().cpu())
     if not outs:
         return np.zeros((0, 0), dtype=np.float32)
     return torch.cat(outs).numpy()
@@ -187,6 +195,7 @@ class Experiment:
         self.info = dict(getattr(self.inputs, "info", {}))
         self.dataset = params.dataset.name
         self.plan = self.make_plan()
+        self.eval_batches = None  # evaluation.EvalBatches, made by the first scored checkpoint
 
     def make_plan(self) -> ModelPlan:
         return model_plan(self.params, self.spec.name, self.manifest)
