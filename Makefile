@@ -34,7 +34,7 @@ status: data  ## what is done, stale or missing per model, and what `make repro`
 	driftmatrix status
 
 matrices: install  ## seed-averaged matrices, summaries, plots and the HTML report
-	dvc repro matrices
+	dvc repro report
 
 recommend: install  ## best model per retraining horizon, from outputs/matrices
 	driftmatrix recommend outputs/matrices

@@ -257,7 +257,7 @@ def inprocess_reference(repo: Repo, out: Path) -> dict[str, list]:
     paths = Paths(out)
     prepare(params, paths)
     train_and_evaluate(params, paths)
-    stage.run(params, paths.scores, paths.matrices, slices_dir=paths.slices, track=False)
+    stage.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)
     return {m: json.loads((paths.matrices / f"{m}.json").read_text())["seed_values"] for m in repo.cfg.models}
 
 

@@ -103,8 +103,8 @@ def run_one(params, slices: Path, out: Path, executor) -> dict:
 def matrices_of(params, slices: Path, out: Path) -> dict[str, np.ndarray]:
     from driftmatrix import matrices
 
-    matrices.run(params, out / "scores", out / "matrices", slices_dir=slices, track=False,
-                 metrics_path=out / "metrics.json", plots_dir=out / "plots", report_path=out / "report.html")
+    matrices.run(params, out / "scores", out / "matrices", slices_dir=slices, metrics_path=out / "metrics.json",
+                 plots_dir=out / "plots")
     return {m: np.array(json.loads((out / "matrices" / f"{m}.json").read_text())["seed_values"], dtype=float)
             for m in params.models}
 

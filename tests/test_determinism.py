@@ -23,7 +23,7 @@ def run_once(root, tiny_params, monkeypatch):
     paths = Paths(root / "outputs")
     prepare(params, paths, generate=True)
     train_and_evaluate(params, paths)
-    matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices, track=False)
+    matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)
     return paths
 
 

@@ -110,7 +110,7 @@ def test_windows_are_recorded_and_train_on_their_rows(tmp_path, tiny_params, cap
     paths = Paths(tmp_path / "out")
     prepare(params, paths, generate=True)
     train_and_evaluate(params, paths)
-    matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices, track=False)
+    matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)
     doc = json.loads((paths.matrices / "MLP-S.json").read_text())
     assert doc["window"] == "sliding-2"
     manifest = json.loads((paths.slices / "manifest.json").read_text())

@@ -1,6 +1,7 @@
 """The matrices stage assembles exactly the current plan's cells (hand-made score documents)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,8 +91,10 @@ def test_rows_outside_the_configuration_are_stale_never_averaged(setup):
     assert np.array_equal(grown.seed_values[:, :4, :4], mlp.seed_values, equal_nan=True)
 
 
-def test_stage_outputs_metrics_report_and_mlflow(setup, tmp_path, monkeypatch):
+def test_stage_outputs_metrics_and_the_report_stage_draws_and_logs_them(setup, tmp_path, monkeypatch):
     import mlflow
+
+    from driftmatrix import report
 
     params, _, slices, root = setup
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -117,9 +120,14 @@ def test_stage_outputs_metrics_report_and_mlflow(setup, tmp_path, monkeypatch):
     assert back["values"][0][0] == pytest.approx(91.0)
     assert back["window"] == "cumulative" and back["precision"] == "fp32" and back["stale"] == 0
     assert (out / "MLP-S.csv").read_text().splitlines()[0] == "trained_up_to," + ",".join(SLICES)
-    assert (out / "plots" / "CNN-S.png").read_bytes()[:4] == b"\x89PNG"
-    report = (tmp_path / "outputs" / "report" / "report.html").read_text()
-    assert 'href="../audit/report.html"' in report
+    # the matrices stage draws nothing and tracks nothing
+    assert not (tmp_path / "outputs" / "report").exists() and not (tmp_path / "mlflow.db").exists()
+
+    page = report.run(out, tmp_path / "outputs" / "report" / "report.html",
+                      audit=tmp_path / "outputs" / "audit" / "report.html", params=params)
+    assert (tmp_path / "outputs" / "report" / "plots" / "CNN-S.png").read_bytes()[:4] == b"\x89PNG"
+    assert 'href="../audit/report.html"' in page.read_text()
+    assert "Drift matrices: toy" in page.read_text()
 
     mlflow.set_tracking_uri(uri)
     runs = mlflow.search_runs(experiment_names=["test-matrices"], filter_string="tags.kind = 'matrices'",
@@ -128,8 +136,10 @@ def test_stage_outputs_metrics_report_and_mlflow(setup, tmp_path, monkeypatch):
     run = runs[0]
     assert run.info.run_name == "matrices · toy"
     assert run.data.metrics["CNN-S.future"] == pytest.approx(90 - 50 / 6)
-    arts = {a.path for a in mlflow.MlflowClient().list_artifacts(run.info.run_id)}
-    assert {"matrices", "plots", "report"} <= arts
+    client = mlflow.MlflowClient()
+    assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"matrices", "plots", "report"}
+    assert {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "matrices")} >= {
+        "MLP-S.json", "CNN-S.csv", "summary.json"}
 
 
 def test_no_scores_is_a_clear_error(setup, tmp_path):

@@ -25,7 +25,7 @@ def run(tmp, tiny_params, executor, out):
     paths = Paths(tmp / out)
     prepare(params, paths, generate=True)
     train_and_evaluate(params, paths)
-    matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices, track=False)
+    matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)
     return params, {m: json.loads((paths.matrices / f"{m}.json").read_text()) for m in MODELS}
 
 

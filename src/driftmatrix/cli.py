@@ -192,8 +192,8 @@ def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
              slices: Path = typer.Option(Path("outputs/slices")),
              metrics: Path = typer.Option(None, help="DVC metrics file [default: metrics/metrics.json]."),
              plots: Path = typer.Option(None, help="Matrix CSVs DVC plots [default: metrics/matrices].")) -> None:
-    """Seed-averaged matrices of the current configuration, summary scores, heatmaps, DVC metrics
-    and plots, MLflow logging."""
+    """Seed-averaged matrices of the current configuration, summary scores, DVC metrics and plots
+    (numbers only; `driftmatrix report` draws and logs them)."""
     from driftmatrix import matrices as stage
 
     stage.run(_params(params), scores, out, slices_dir=slices, metrics_path=metrics or stage.DVC_METRICS,
@@ -356,11 +356,15 @@ def compare(ours: Path = typer.Argument(..., help="Our matrices folder."),
 def report(path: Path = MATRICES_ARG,
            out: Path = typer.Option(Path("outputs/report/report.html")),
            audit: Path = typer.Option(Path("outputs/audit/report.html"), help="Linked when present."),
-           title: Optional[str] = typer.Option(None)) -> None:
-    """Self-contained HTML report (tables and inlined figures) of a folder of matrices."""
-    from driftmatrix.reporting import html
+           title: Optional[str] = typer.Option(None),
+           track: bool = typer.Option(False, "--track", help="Also log matrices, heatmaps and report as one "
+                                      "MLflow run (params.yaml: tracking); the report stage does."),
+           params: Path = PARAMS_OPT) -> None:
+    """Self-contained HTML report (tables and inlined figures) of a folder of matrices, and one
+    heatmap PNG per model in plots/ beside it."""
+    from driftmatrix import report as stage
 
-    typer.echo(html.run(path, out, audit=audit, title=title))
+    typer.echo(stage.run(path, out, audit=audit, title=title, params=_params(params) if track else None))
 
 
 def main() -> None:

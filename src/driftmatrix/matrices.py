@@ -1,9 +1,10 @@
-"""Matrices stage: score rows -> seed-level drift matrices, summaries, plots, metrics, report.
+"""Matrices stage: score rows -> seed-level drift matrices, summary scores, DVC metrics.
 
 Assembles exactly the cells of the current configuration (models, seeds, slices, settings: the
 plan of ``driftmatrix.units``) from ``outputs/scores``; score files of other configurations are
-counted as stale and never averaged in. Writes everything the report and DVC need. Logs one MLflow run
-``matrices · <dataset>`` (tag ``kind=matrices``) with the per-model summary metrics and files.
+counted as stale and never averaged in. Numbers only (numpy and pandas): the heatmaps, the HTML
+report and the MLflow record of these matrices are the report stage's (``driftmatrix.report``),
+so the time to a matrix pays for neither matplotlib nor an MLflow store.
 """
 
 from __future__ import annotations
@@ -111,9 +112,9 @@ def _clean(v):
 
 def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path,
                   plots_dir: Path | None = None) -> list[Path]:
-    """Matrix JSON/CSV per model, summary.{json,csv}, heatmaps, DVC metrics (and the long-format
-    matrix CSVs DVC plots, when ``plots_dir`` is given); returns the files for MLflow."""
-    from driftmatrix.reporting import dvcfiles, figures, text
+    """Matrix JSON/CSV per model, summary.{json,csv}, DVC metrics (and the long-format matrix
+    CSVs DVC plots, when ``plots_dir`` is given); returns the files written."""
+    from driftmatrix.reporting import dvcfiles, text
 
     out_dir.mkdir(parents=True, exist_ok=True)
     files = []
@@ -129,57 +130,25 @@ def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path,
          "cutoffs": [cohort.slices[i] for i in cohort.cutoff_indices], "models": records}, indent=2))
     (out_dir / "summary.csv").write_text(text.summary_csv(records))
     files += [out_dir / "summary.json", out_dir / "summary.csv"]
-    sc = figures.scales(cohort)
-    for name in cohort.models:
-        files.append(figures.save(figures.model_heatmap(cohort, name, sc), out_dir / "plots" / f"{name}.png"))
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     metrics_path.write_text(json.dumps(
         {r["model"]: {k: _clean(r[k]) for k in STATS} for r in records}, indent=2))
     files.append(metrics_path)
     if plots_dir is not None:
-        dvcfiles.write_matrix_csvs(cohort, plots_dir)  # same cells as <model>.json: not logged again
+        dvcfiles.write_matrix_csvs(cohort, plots_dir)
     return files
 
 
-def log_to_mlflow(params: Params, cohort: Cohort, files: list[Path], dataset: str) -> str:
-    """One run per dataset with the summary metrics and every file; returns the run id."""
-    import mlflow
-
-    from driftmatrix import tracking
-
-    exp_id = tracking.configure(params.tracking)
-    with tracking.stage_run(exp_id, f"matrices · {dataset}", {"kind": "matrices", "dataset": dataset}) as run:
-        mlflow.set_tags({"metric": cohort.metric, "models": ",".join(cohort.models)})
-        metrics = {f"{m}.{k}": v for m, s in cohort.summaries.items()
-                   for k, v in s.as_dict().items() if not math.isnan(v)}
-        mlflow.log_metrics(metrics)
-        for f in files:
-            sub = "plots" if f.parent.name == "plots" else ("report" if f.suffix == ".html" else "matrices")
-            mlflow.log_artifact(str(f), artifact_path=sub)
-        return run.info.run_id
-
-
 def run(params: Params, scores_dir: str | Path, out_dir: str | Path,
-        metrics_path: str | Path | None = None, report_path: str | Path | None = None,
-        track: bool = True, plots_dir: str | Path | None = None,
+        metrics_path: str | Path | None = None, plots_dir: str | Path | None = None,
         slices_dir: str | Path = "outputs/slices") -> Cohort:
-    """The whole stage. Defaults put metrics.json and report/report.html beside ``out_dir``
-    (``outputs/metrics.json``, ``outputs/report/report.html``)."""
-    from driftmatrix.reporting import html
-
+    """The whole stage. ``metrics_path`` defaults to metrics.json beside ``out_dir``."""
     out_dir = Path(out_dir)
     metrics_path = Path(metrics_path) if metrics_path else out_dir.parent / "metrics.json"
-    report_path = Path(report_path) if report_path else out_dir.parent / "report" / "report.html"
     models = read_scores(params, slices_dir, scores_dir)
     cohort = Cohort(models)
-    dataset = cohort.first.dataset or params.dataset.name
-    files = write_outputs(cohort, out_dir, metrics_path, Path(plots_dir) if plots_dir else None)
-    files.append(html.run(out_dir, report_path, audit=out_dir.parent / "audit" / "report.html",
-                          title=f"Drift matrices: {dataset}", cohort=cohort))
+    write_outputs(cohort, out_dir, metrics_path, Path(plots_dir) if plots_dir else None)
     for name, s in cohort.summaries.items():
         log.info("%s: ID %.3f  future %.3f  decay %.3f  TD %.4f", name, s.in_distribution, s.future,
                  s.decay, s.td_score)
-    if track:
-        run_id = log_to_mlflow(params, cohort, files, dataset)
-        log.info("matrices: logged run %s", run_id)
     return cohort

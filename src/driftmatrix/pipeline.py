@@ -75,10 +75,12 @@ def train_and_evaluate(params: Params, paths: Paths, models: list[str] | None = 
 def run_all(params: Params, paths: Paths = Paths(), generate: bool = False) -> None:
     """Every stage in order; the validation gate (as ``dvc repro``'s validate stage) runs before any
     training and raises ``audit.gate.ValidationFailed`` when a critical check fails."""
-    from driftmatrix import matrices
+    from driftmatrix import matrices, report
     from driftmatrix.audit import gate
 
     prepare(params, paths, generate)
     gate.run(params, paths.slices, paths.validation, echo=lambda text: log.info("%s", text))
     train_and_evaluate(params, paths)
     matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)
+    report.run(paths.matrices, paths.root / "report" / "report.html", audit=paths.root / "audit" / "report.html",
+               params=params)

@@ -1,0 +1,68 @@
+"""Report stage: heatmaps, the HTML report and the MLflow record of the seed-averaged matrices.
+
+Reads what the matrices stage wrote (``outputs/matrices``: one drift-matrix JSON per model,
+summary files; or any folder of published matrices) and writes ``outputs/report``:
+``plots/<model>.png`` (one colour scale for the whole cohort) and ``report.html`` (linking the
+audit report when there is one). As a DVC stage (``driftmatrix report --track``) it logs one
+MLflow run ``matrices · <dataset>`` (tag ``kind=matrices``) with the per-model summary metrics
+and the matrices, plots and report as artifacts.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+from driftmatrix.analysis import matrixfile
+from driftmatrix.analysis.tables import Cohort
+from driftmatrix.config import Params
+
+log = logging.getLogger(__name__)
+
+
+def write_plots(cohort: Cohort, plots_dir: Path) -> list[Path]:
+    """One heatmap per model, on one colour scale for the cohort."""
+    from driftmatrix.reporting import figures
+
+    sc = figures.scales(cohort)
+    return [figures.save(figures.model_heatmap(cohort, name, sc), plots_dir / f"{name}.png")
+            for name in cohort.models]
+
+
+def log_to_mlflow(params: Params, cohort: Cohort, matrices: list[Path], plots: list[Path], report: Path,
+                  dataset: str) -> str:
+    """One run per dataset with the summary metrics and every file; returns the run id."""
+    import mlflow
+
+    from driftmatrix import tracking
+
+    exp_id = tracking.configure(params.tracking)
+    with tracking.stage_run(exp_id, f"matrices · {dataset}", {"kind": "matrices", "dataset": dataset}) as run:
+        mlflow.set_tags({"metric": cohort.metric, "models": ",".join(cohort.models)})
+        mlflow.log_metrics({f"{m}.{k}": v for m, s in cohort.summaries.items()
+                            for k, v in s.as_dict().items() if not math.isnan(v)})
+        for sub, files in (("matrices", matrices), ("plots", plots), ("report", [report])):
+            for f in files:
+                mlflow.log_artifact(str(f), artifact_path=sub)
+        return run.info.run_id
+
+
+def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path = "outputs/report/report.html",
+        audit: str | Path | None = "outputs/audit/report.html", title: str | None = None,
+        params: Params | None = None) -> Path:
+    """The whole stage; returns the report's path. With ``params``, the MLflow run is logged to
+    its tracking store (the DVC stage); without, nothing is tracked (a report of any folder)."""
+    from driftmatrix.reporting import html
+
+    matrices_dir, report_path = Path(matrices_dir), Path(report_path)
+    cohort = Cohort(matrixfile.load_folder(matrices_dir))
+    dataset = cohort.first.dataset or (params.dataset.name if params else "")
+    plots = write_plots(cohort, report_path.parent / "plots")
+    report = html.run(matrices_dir, report_path, audit=audit, title=title or f"Drift matrices: {dataset}",
+                      cohort=cohort)
+    log.info("report: %s (%d heatmaps)", report, len(plots))
+    if params is not None:
+        files = sorted(f for f in matrices_dir.iterdir() if f.suffix in (".json", ".csv"))
+        log.info("report: logged run %s", log_to_mlflow(params, cohort, files, plots, report, dataset))
+    return report
