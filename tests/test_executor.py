@@ -219,3 +219,30 @@ def test_ray_rejects_units_this_machine_cannot_hold(ray_cluster):
     cfg = RuntimeConfig(executor="ray", num_cpus=64)
     with pytest.raises(ConfigError, match="runtime"):
         list(RayExecutor(cfg, progress=False).map(slow_double, TinyData(), [1]))
+
+
+def test_keep_freed_memory_stops_each_step_page_faulting_its_tensors_afresh():
+    import subprocess
+    import sys
+
+    code = """
+import resource, torch
+from driftmatrix.executor import keep_freed_memory
+from driftmatrix.models.registry import REGISTRY
+torch.manual_seed(0)
+model, x = REGISTRY["CNN-S"].build(2, {}), torch.randn(32, 3, 32, 32)
+def faults():
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(5):
+        model(x).sum().backward()
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+faults()
+plain = faults()
+assert keep_freed_memory()
+faults()  # the heap grows once
+print(plain, faults())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    plain, kept = map(int, out.split())
+    assert plain > 5 * 300, (plain, kept)  # activations and gradients faulted in again every step
+    assert kept < plain / 5, (plain, kept)

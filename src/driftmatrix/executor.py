@@ -141,6 +141,36 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
+# glibc mallopt parameters: https://man7.org/linux/man-pages/man3/mallopt.3.html
+_M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
+
+
+def keep_freed_memory() -> bool:
+    """Let glibc keep the memory torch frees for the next step instead of returning it to the
+    kernel (once per process; Linux/glibc only, elsewhere a no-op returning False).
+
+    torch's CPU tensors are plain malloc blocks. By default glibc serves blocks over 128 KiB with
+    fresh mmaps and trims the heap top eagerly, so every training step page-faults (and zeroes)
+    its activations and gradients anew: about 1,500 faults a CNN-S step. Blocks up to 32 MiB now
+    come from the heap and freed memory stays there (256 MiB trim threshold, 64 MiB top pad).
+    Numbers are unchanged: only where the bytes live.
+    """
+    if getattr(keep_freed_memory, "done", None) is not None:
+        return keep_freed_memory.done
+    ok = False
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL("libc.so.6")
+            ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)) \
+                and bool(libc.mallopt(_M_TOP_PAD, 64 << 20))
+        except (OSError, AttributeError):  # not glibc (musl, ...): leave the allocator as it is
+            ok = False
+    keep_freed_memory.done = ok
+    return ok
+
+
 def _check_resources(res: Resources, where: str) -> Resources:
     for key in ("num_cpus", "num_gpus"):
         value = getattr(res, key)
@@ -243,6 +273,7 @@ class LocalExecutor:
             return
         bar = Progress(_label(label, model), len(items), enabled=self.progress)
         try:
+            keep_freed_memory()
             with torch_threads(unit_threads(self.cfg.resources_for(model))):
                 context = recipe.build() if context is None else context
                 for n, item in enumerate(items):
@@ -326,6 +357,7 @@ def run_item(fn: Callable[[Any, Any], Any], recipe: Any, key: Any, item: Any, ki
     import torch
 
     torch.set_num_threads(threads)  # per item: a reused worker may have run another model's units
+    keep_freed_memory()
     context = _context(recipe, key)
     if _claim(kill_path):  # fault-test hook (module docstring): die part-way through this item
         threading.Timer(KILL_AFTER_S, os._exit, (1,)).start()
