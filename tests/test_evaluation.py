@@ -44,3 +44,22 @@ def test_eval_batches_are_made_once_per_set_within_the_budget_and_predict_the_sa
     # a set larger than what is left of the budget is made per call and not kept
     small = EvalBatches(inputs, batch_size=8, budget=19 * 3 * 32 * 32 * 4 - 1)
     assert small.get(1, "test", rows) is not small.get(1, "test", rows) and not small.kept
+
+
+def test_pixel_batches_from_resident_floats_equal_batches_normalised_one_by_one():
+    import torch
+
+    from driftmatrix.features.inputs import PixelInputs, normalise
+
+    rng = np.random.default_rng(1)
+    images = rng.integers(0, 256, (40, 32, 32, 3), dtype=np.uint8)
+    idx = torch.tensor([5, 0, 39, 17, 17])
+    for channels_last in (False, True):
+        resident, small = PixelInputs(images), PixelInputs(images)
+        small.FLOAT_BUDGET = 0  # too small: normalised batch by batch
+        resident.channels_last = small.channels_last = channels_last
+        (a,), (b,) = resident.batch(idx), small.batch(idx)
+        assert resident.floats is not None and small.floats is None
+        assert torch.equal(a, b) and a.is_contiguous(memory_format=torch.channels_last) == channels_last
+        assert torch.equal(a, normalise(torch.from_numpy(images[idx.numpy()]).permute(0, 3, 1, 2)))
+        assert a.min() >= -1 and a.max() <= 1

@@ -31,26 +31,34 @@ class Adam:
             p.grad = None
 
     def step(self) -> None:
+        """One update of every parameter with a gradient, as multi-tensor (``_foreach``) ops:
+        seven dispatches a step instead of five per parameter. On CPU each runs the per-tensor
+        kernel of torch.optim's single-tensor path, so the weights are the same bit for bit."""
         import torch
 
         self.steps += 1
         lr, wd, beta1, beta2 = self.lr, self.weight_decay, self.beta1, self.beta2
         step_size = lr / (1 - beta1 ** self.steps)
         bias_correction2_sqrt = (1 - beta2 ** self.steps) ** 0.5
+        live = [k for k, p in enumerate(self.params) if p.grad is not None]
+        if not live:
+            return
+        params = [self.params[k] for k in live]
+        grads = [p.grad for p in params]
+        m, v = [self.exp_avg[k] for k in live], [self.exp_avg_sq[k] for k in live]
         with torch.no_grad():
-            for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
-                grad = p.grad
-                if grad is None:
-                    continue
-                if wd != 0:
-                    if self.decoupled:
-                        p.mul_(1 - lr * wd)
-                    else:
-                        grad = grad.add(p, alpha=wd)
-                m.lerp_(grad, 1 - beta1)
-                v.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-                denom = (v.sqrt() / bias_correction2_sqrt).add_(self.eps)
-                p.addcdiv_(m, denom, value=-step_size)
+            if wd != 0:
+                if self.decoupled:
+                    torch._foreach_mul_(params, 1 - lr * wd)
+                else:
+                    grads = torch._foreach_add(grads, params, alpha=wd)
+            torch._foreach_lerp_(m, grads, 1 - beta1)
+            torch._foreach_mul_(v, beta2)
+            torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+            denom = torch._foreach_sqrt(v)
+            torch._foreach_div_(denom, bias_correction2_sqrt)
+            torch._foreach_add_(denom, self.eps)
+            torch._foreach_addcdiv_(params, m, denom, value=-step_size)
 
 
 def make_optimizer(name: str, params: Sequence, lr: float, weight_decay: float) -> Adam:
