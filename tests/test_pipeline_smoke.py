@@ -1,6 +1,8 @@
 """The real pipeline end to end on tiny data, with a temporary MLflow store."""
 
 import json
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -75,6 +77,17 @@ def test_one_finished_run_per_model_cutoff_seed_with_tags(finished):
     assert len(history) == 2
     artifacts = [a.path for a in MlflowClient().list_artifacts(run.info.run_id, "drift_row")]
     assert sorted(p.rsplit(".", 1)[1] for p in artifacts) == ["csv", "json"]
+    # the row came with the run's creation: one evaluation input beside the training one, the
+    # row's metrics at step K (= 4 slices), and the row file naming this very run
+    full = MlflowClient().get_run(run.info.run_id)
+    contexts = sorted(t.value for d in full.inputs.dataset_inputs for t in d.tags if t.key == "mlflow.data.context")
+    assert contexts == ["evaluation", "training"]
+    assert [m.step for m in MlflowClient().get_metric_history(run.info.run_id, "in_distribution")] == [4]
+    row_json = next(p for p in artifacts if p.endswith(".json"))
+    with tempfile.TemporaryDirectory() as tmp:
+        row = json.loads(Path(MlflowClient().download_artifacts(run.info.run_id, row_json, tmp)).read_text())
+    assert row["run_id"] == run.info.run_id and len(row["values"]) == 4
+    assert row["values"][1] == pytest.approx(run.data.metrics["in_distribution"])
 
 
 def test_registry_alias_resolves_to_a_model_that_predicts(finished):

@@ -159,8 +159,14 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
         doc["unit"] = {"model": unit.model, "seed": unit.seed, "cutoff": unit.cutoff, "key": unit.key}
         doc["cells"].update(cells)
         scores.write(unit.key, doc)
-    run_ids = sync(params, exp, ckpts)
-    written = attach_rows(params, exp, plan, hashes, scores, docs, run_ids)
+    rows = RowLogs(params, exp, plan, hashes, docs)
+    with rows:
+        run_ids = sync(params, exp, ckpts, rows=rows.for_new_run)
+        written = rows.attach_rest(run_ids)
+    for record in written:  # only once MLflow has them
+        scores.write(record["unit_key"], docs[record["unit_key"]])
+    if written:
+        log.info("%s: %d drift-matrix rows attached to their MLflow runs", plan.model, len(written))
     return written
 
 
@@ -172,39 +178,66 @@ def row_record(exp, unit: Unit, row: Mapping[str, list], run_id: str | None) -> 
             "higher_is_better": exp.metric.higher_is_better, **row, "run_id": run_id, "unit_key": unit.key}
 
 
-def attach_rows(params: Params, exp, plan: ModelPlan, hashes: Sequence[str], scores: ScoreStore,
-                docs: dict[str, dict], run_ids: Mapping[str, str]) -> list[dict[str, Any]]:
-    """Log each row whose cells or run changed since it was last attached: metrics
-    ``in_distribution`` and ``future_mean`` and ``drift_row/*.json|csv`` artifacts."""
-    import tempfile
+class RowLogs:
+    """What each unit's MLflow run gets of its drift-matrix row: metrics ``in_distribution`` and
+    ``future_mean``, the evaluation dataset input and ``drift_row/*.json|csv`` artifacts.
 
-    from driftmatrix import tracking
-    from driftmatrix.config import fingerprint
+    A run created now takes its row with it (:meth:`for_new_run`, called by the MLflow sync: no
+    extra round trips); :meth:`attach_rest` then logs every other row whose cells or run changed
+    since it was last attached. Row files live in a temporary folder while the block runs."""
 
-    written, batch = [], []
-    data = {"name": f"{exp.dataset}[all slices]", "digest": fingerprint(*hashes),
-            "source": {"path": params.dataset.path, "slices": list(exp.labels)}}
-    with tempfile.TemporaryDirectory() as tmp:
-        for unit in plan.units:
-            doc, run_id = docs[unit.key], run_ids.get(unit.key)
-            cells = [c.key for c in plan.cells(unit, hashes)]
-            if run_id is None or doc.get("logged") == {"run_id": run_id, "cells": cells}:
-                continue
-            row = current_row(plan, unit, hashes, doc["cells"])
-            record = row_record(exp, unit, row, run_id)
-            stem = Path(tmp) / f"{unit.model}_cutoff-{unit.cutoff}_seed-{unit.seed}"
-            stem.with_suffix(".json").write_text(json.dumps(record, indent=2))
-            stem.with_suffix(".csv").write_text("slice,value,n_eval\n" + "".join(
-                f"{lab},{'' if v is None else round(v, 6)},{n}\n"
-                for lab, v, n in zip(exp.labels, row["values"], row["n_eval"])))
-            batch.append((run_id, row_summary(row["values"], unit.cutoff_index),
-                          [stem.with_suffix(".json"), stem.with_suffix(".csv")]))
-            doc["logged"] = {"run_id": run_id, "cells": cells}
-            written.append(record)
+    def __init__(self, params: Params, exp, plan: ModelPlan, hashes: Sequence[str], docs: dict[str, dict]):
+        from driftmatrix.config import fingerprint
+
+        self.exp, self.plan, self.hashes, self.docs = exp, plan, hashes, docs
+        self.units = {u.key: u for u in plan.units}
+        self.data = {"name": f"{exp.dataset}[all slices]", "digest": fingerprint(*hashes),
+                     "source": {"path": params.dataset.path, "slices": list(exp.labels)}}
+        self.params, self.written, self.tmp = params, [], None
+
+    def __enter__(self) -> "RowLogs":
+        import tempfile
+
+        self.tmp = tempfile.TemporaryDirectory()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.tmp.cleanup()
+
+    def _row(self, unit: Unit, run_id: str) -> tuple[dict[str, float], Path] | None:
+        """(metrics, folder holding drift_row/) for the unit's row under ``run_id``, or None when
+        that run already has exactly these cells; marks the row as logged in its score doc."""
+        doc = self.docs[unit.key]
+        cells = [c.key for c in self.plan.cells(unit, self.hashes)]
+        if doc.get("logged") == {"run_id": run_id, "cells": cells}:
+            return None
+        row = current_row(self.plan, unit, self.hashes, doc["cells"])
+        record = row_record(self.exp, unit, row, run_id)
+        folder = Path(self.tmp.name) / run_id
+        stem = folder / "drift_row" / f"{unit.model}_cutoff-{unit.cutoff}_seed-{unit.seed}"
+        stem.parent.mkdir(parents=True)
+        stem.with_suffix(".json").write_text(json.dumps(record, indent=2))
+        stem.with_suffix(".csv").write_text("slice,value,n_eval\n" + "".join(
+            f"{lab},{'' if v is None else round(v, 6)},{n}\n"
+            for lab, v, n in zip(self.exp.labels, row["values"], row["n_eval"])))
+        doc["logged"] = {"run_id": run_id, "cells": cells}
+        self.written.append(record)
+        return row_summary(row["values"], unit.cutoff_index), folder
+
+    def for_new_run(self, unit_key: str, run_id: str):
+        """The row a run being created carries: (metrics, evaluation input, folder of artifacts)."""
+        got = self._row(self.units[unit_key], run_id)
+        return None if got is None else (*got, self.data, len(self.hashes))
+
+    def attach_rest(self, run_ids: Mapping[str, str]) -> list[dict[str, Any]]:
+        from driftmatrix import tracking
+
+        batch = []
+        for unit in self.plan.units:
+            run_id = run_ids.get(unit.key)
+            got = None if run_id is None else self._row(unit, run_id)
+            if got is not None:
+                batch.append((run_id, *got))
         if batch:
-            tracking.log_rows(params.tracking, batch, data, step=len(hashes))
-    for record in written:  # only once MLflow has them
-        scores.write(record["unit_key"], docs[record["unit_key"]])
-    if written:
-        log.info("%s: %d drift-matrix rows attached to their MLflow runs", plan.model, len(written))
-    return written
+            tracking.log_rows(self.params.tracking, batch, self.data, step=len(self.hashes))
+        return self.written

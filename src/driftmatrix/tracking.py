@@ -22,8 +22,9 @@ import os
 import re
 import subprocess
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from driftmatrix.config import TrackingConfig
 
@@ -33,6 +34,8 @@ log = logging.getLogger(__name__)
 EXPERIMENT_KIND = ("mlflow.experimentKind", "custom_model_development")
 _CONFIGURED: dict[tuple[str, str], str] = {}
 _SET_BY_US: set[str] = set()  # MLflow 3 exports the URI it is given to MLFLOW_TRACKING_URI
+#: (unit key, run id) -> (row metrics, folder of row artifacts, evaluation dataset, step) or None
+RowFor = Callable[[str, str], Optional[tuple]]
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
@@ -229,8 +232,9 @@ def _dataset_input(name: str, digest: str, source: Mapping[str, Any], context: s
 
 
 def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path | None,
-                    extra_tags: Mapping[str, str]) -> str:
-    """One FINISHED run from a unit's sidecar record: tags, params, losses, times, data, model."""
+                    extra_tags: Mapping[str, str], row: RowFor | None = None) -> str:
+    """One FINISHED run from a unit's sidecar record: tags, params, losses, times, data, model;
+    and, when ``row(unit key, run id)`` gives one, its drift-matrix row in the same calls."""
     from mlflow.entities import Param, RunTag
 
     unit = record["unit"]
@@ -247,13 +251,24 @@ def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path
         metrics = [_metric("train_loss", loss, ended, step) for step, loss in enumerate(record["losses"])]
         metrics += [_metric("train_rows", record["train_rows"], ended),
                     _metric("train_seconds", record["seconds"], ended)]
-        client.log_batch(run_id, metrics=metrics, params=params,
-                         tags=[RunTag("mlflow.source.git.commit", extra_tags.get("git_commit", ""))])
+        scored = row(unit["key"], run_id) if row is not None else None
+        inputs = []
         data = record.get("data") or {}
         if data:
-            client.log_inputs(run_id, [_dataset_input(data["name"], data["digest"], data["source"], "training")])
+            inputs.append(_dataset_input(data["name"], data["digest"], data["source"], "training"))
+        if scored is not None:
+            row_metrics, row_folder, evaluated, slices = scored
+            now = int(time.time() * 1000)
+            metrics += [_metric(k, v, now, slices) for k, v in row_metrics.items()]
+            inputs.append(_dataset_input(evaluated["name"], evaluated["digest"], evaluated["source"], "evaluation"))
+        client.log_batch(run_id, metrics=metrics, params=params,
+                         tags=[RunTag("mlflow.source.git.commit", extra_tags.get("git_commit", ""))])
+        if inputs:
+            client.log_inputs(run_id, inputs)
         if folder is not None:
             client.log_artifacts(run_id, str(folder), artifact_path="model")
+        if scored is not None:
+            client.log_artifacts(run_id, str(row_folder))
         client.set_terminated(run_id, "FINISHED", end_time=ended)
     except BaseException:
         client.delete_run(run_id)  # never leave a half-written run behind
@@ -262,11 +277,13 @@ def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path
 
 
 def sync_units(cfg: TrackingConfig, dataset: str, model: str, current: Sequence[Mapping[str, Any]],
-               folders: Mapping[str, Path], extra_tags: Mapping[str, str] = ()) -> dict[str, str]:
+               folders: Mapping[str, Path], extra_tags: Mapping[str, str] = (),
+               row: RowFor | None = None) -> dict[str, str]:
     """Make MLflow agree with the finished units of one model; returns unit key -> run id.
 
     ``current``: sidecar records of the current plan's finished units; ``folders``: unit key ->
-    its checkpoint folder (weights, description, record), logged as the run's ``model``.
+    its checkpoint folder (weights, description, record), logged as the run's ``model``;
+    ``row``: what a run created now carries of its drift-matrix row (see :func:`create_unit_run`).
     """
     from mlflow.tracking import MlflowClient
 
@@ -296,7 +313,8 @@ def sync_units(cfg: TrackingConfig, dataset: str, model: str, current: Sequence[
             superseded += 1
     for key, record in wanted.items():
         if key not in by_key:
-            by_key[key] = create_unit_run(client, exp_id, record, folders[key] if cfg.log_models else None, tags)
+            by_key[key] = create_unit_run(client, exp_id, record, folders[key] if cfg.log_models else None, tags,
+                                          row)
             created += 1
     if cfg.register and cfg.log_models:
         sync_registry(client, registered_name(dataset, model), [wanted[k] for k in wanted], by_key)
@@ -403,24 +421,22 @@ def stage_run(exp_id: str, run_name: str, tags: Mapping[str, str]):
         yield run
 
 
-def log_rows(cfg: TrackingConfig, rows: Sequence[tuple[str, Mapping[str, float], Sequence[Path]]],
+def log_rows(cfg: TrackingConfig, rows: Sequence[tuple[str, Mapping[str, float], Path]],
              data: Mapping[str, Any] | None = None, step: int = 0) -> None:
     """Attach scored drift-matrix rows to their finished runs through the client API (no run is
-    re-opened, so recorded start and end times stay the training times). ``step``: the number
-    of slices, so a row that grows with a new period keeps its history."""
-    import time
-
+    re-opened, so recorded start and end times stay the training times): each row's metrics, the
+    evaluation dataset ``data`` and the artifacts in its folder (``drift_row/...``). ``step``: the
+    number of slices, so a row that grows with a new period keeps its history."""
     from mlflow.tracking import MlflowClient
 
     configure(cfg)
     client = MlflowClient()
     now = int(time.time() * 1000)
-    for run_id, metrics, files in rows:
+    for run_id, metrics, folder in rows:
         client.log_batch(run_id, metrics=[_metric(k, v, now, step) for k, v in metrics.items()])
         if data:
             client.log_inputs(run_id, [_dataset_input(data["name"], data["digest"], data["source"], "evaluation")])
-        for f in files:
-            client.log_artifact(run_id, str(f), artifact_path="drift_row")
+        client.log_artifacts(run_id, str(folder))
 
 
 def load_registered(dataset: str, model: str, cutoff: str, seed: int | None = None) -> Any:

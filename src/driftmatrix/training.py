@@ -411,12 +411,13 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     return done
 
 
-def sync(params: Params, exp: Experiment, store: CheckpointStore) -> dict[str, str]:
-    """MLflow runs, registry versions and aliases for every finished unit of the plan."""
+def sync(params: Params, exp: Experiment, store: CheckpointStore, rows=None) -> dict[str, str]:
+    """MLflow runs, registry versions and aliases for every finished unit of the plan; ``rows``:
+    the drift-matrix row a run created now carries (``tracking.RowFor``)."""
     from driftmatrix import tracking
 
     finished = [u for u in exp.plan.units if store.done(u.key)]
     extra = {"data_version": exp.manifest["data_version"]}
     return tracking.sync_units(params.tracking, exp.dataset, exp.spec.name,
                                [store.record(u.key) for u in finished],
-                               {u.key: store.folder(u.key) for u in finished}, extra)
+                               {u.key: store.folder(u.key) for u in finished}, extra, row=rows)
