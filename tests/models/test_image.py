@@ -77,6 +77,31 @@ def test_vit_block_computes_what_torch_encoder_layer_computes():
     assert ours.qkv.weight.abs().max() <= (6 / (64 + 192)) ** 0.5  # xavier-uniform bound, as torch's
 
 
+def test_vit_starts_from_the_weights_torch_encoder_layers_would_have():
+    """Same seed, same initial weights as the torch.nn.TransformerEncoder ViT this replaced
+    (including its quirk: every layer starts as a copy of the first)."""
+    from driftmatrix.models.image import ViT
+
+    torch.manual_seed(3)
+    patch = torch.nn.Conv2d(3, 64, 4, 4)
+    cls, pos = torch.zeros(1, 1, 64), torch.zeros(1, 65, 64)
+    torch.nn.init.trunc_normal_(pos, std=0.02)
+    torch.nn.init.trunc_normal_(cls, std=0.02)
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, 0.1, activation="gelu", batch_first=True, norm_first=True)
+    ref = torch.nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+    norm, head = torch.nn.LayerNorm(64), torch.nn.Linear(64, 2)
+    torch.manual_seed(3)
+    ours = ViT(64, 2, 4, 2.0, 2)
+    assert torch.equal(ours.patch_embed.weight, patch.weight) and torch.equal(ours.pos_embed, pos)
+    assert torch.equal(ours.cls_token, cls) and torch.equal(ours.head.weight, head.weight)
+    for block, torch_layer in zip(ours.blocks, ref.layers):
+        assert torch.equal(block.qkv.weight, torch_layer.self_attn.in_proj_weight)
+        assert torch.equal(block.proj.weight, torch_layer.self_attn.out_proj.weight)
+        assert torch.equal(block.fc1.weight, torch_layer.linear1.weight)
+        assert torch.equal(block.fc2.bias, torch_layer.linear2.bias)
+    assert torch.equal(ours.blocks[0].fc1.weight, ours.blocks[1].fc1.weight)
+
+
 def test_a_model_revision_rekeys_only_that_models_units(monkeypatch):
     """ViT's MaskDropout blocks (revision 1) change its numbers, so its units are redone; a model
     at revision 0 keeps the key it always had (no "revision" in its identity)."""

@@ -6,6 +6,7 @@ and parameter counts match the authors' roster (MLP-S 98k ... ViT-L 2.2M with 2 
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Mapping, Sequence
 
 import torch
@@ -91,21 +92,22 @@ class ResNet(nn.Module):
 
 class EncoderBlock(nn.Module):
     """Pre-norm Transformer encoder layer: the arithmetic of ``nn.TransformerEncoderLayer(dim,
-    heads, hidden, dropout, activation="gelu", norm_first=True)`` with its initialisation, its
-    four dropouts (attention weights, after attention, inside and after the MLP) made with
-    :class:`MaskDropout` (``nn.MultiheadAttention`` draws its attention dropout internally, so the
-    layer is written out here)."""
+    heads, hidden, dropout, activation="gelu", norm_first=True)`` and its initialisation, drawn in
+    the same order (same initial weights for the same seed), with its four dropouts (attention
+    weights, after attention, inside and after the MLP) made by :class:`MaskDropout`.
+    ``nn.MultiheadAttention`` draws its attention dropout internally, so the layer is written out."""
 
     def __init__(self, dim: int, heads: int, hidden: int, dropout: float):
         super().__init__()
         self.heads = heads
-        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
-        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
-        self.drop = MaskDropout(dropout)
-        nn.init.xavier_uniform_(self.qkv.weight)  # as nn.MultiheadAttention initialises in_proj
+        self.proj = nn.Linear(dim, dim)  # MultiheadAttention: out_proj first, then in_proj (xavier)
+        self.qkv = nn.utils.skip_init(nn.Linear, dim, 3 * dim)
+        nn.init.xavier_uniform_(self.qkv.weight)
         nn.init.zeros_(self.qkv.bias)
         nn.init.zeros_(self.proj.bias)
+        self.fc1, self.fc2 = nn.Linear(dim, hidden), nn.Linear(hidden, dim)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.drop = MaskDropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape
@@ -128,7 +130,9 @@ class ViT(nn.Module):
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         self.dropout = MaskDropout(dropout)
-        self.blocks = nn.Sequential(*(EncoderBlock(dim, heads, int(dim * mlp_ratio), dropout) for _ in range(depth)))
+        # every block starts as a copy of one, as nn.TransformerEncoder (and the authors' ViT) does
+        block = EncoderBlock(dim, heads, int(dim * mlp_ratio), dropout)
+        self.blocks = nn.Sequential(*(copy.deepcopy(block) for _ in range(depth)))
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_outputs)
 
