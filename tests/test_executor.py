@@ -227,13 +227,14 @@ def test_keep_freed_memory_stops_each_step_page_faulting_its_tensors_afresh():
 
     code = """
 import resource, torch
+torch.set_num_threads(1)  # one malloc arena: the counts do not depend on thread scheduling
 from driftmatrix.executor import keep_freed_memory
 from driftmatrix.models.registry import REGISTRY
 torch.manual_seed(0)
 model, x = REGISTRY["CNN-S"].build(2, {}), torch.randn(32, 3, 32, 32)
 def faults():
     before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    for _ in range(5):
+    for _ in range(10):
         model(x).sum().backward()
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
 faults()
@@ -244,5 +245,5 @@ print(plain, faults())
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     plain, kept = map(int, out.split())
-    assert plain > 5 * 300, (plain, kept)  # activations and gradients faulted in again every step
-    assert kept < plain / 5, (plain, kept)
+    assert plain > 10 * 200, (plain, kept)  # activations and gradients faulted in again every step
+    assert kept < plain / 4, (plain, kept)
