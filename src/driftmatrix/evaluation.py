@@ -87,9 +87,10 @@ def current_row(plan: ModelPlan, unit: Unit, hashes: Sequence[str], cells: Mappi
 
 class EvalBatches:
     """Each evaluation set's input batches, made once per process and reused by every checkpoint
-    that scores the set (turning a slice's uint8 pixels into normalised floats costs more than an
-    MLP-S forward pass over them). Up to ``budget`` bytes are kept; past it, batches are made per
-    call as before. The batches are the same tensors either way, so scores are unchanged."""
+    that scores the set: the row gather (and, for pixels that did not fit ``PixelInputs``' float
+    budget, the normalisation) and the channels-last copy happen once per set, not once per
+    checkpoint. Up to ``budget`` bytes are kept; past it, batches are made per call. The batches
+    are the same tensors either way, so scores are unchanged."""
 
     BUDGET = 512 << 20
 
