@@ -16,7 +16,8 @@ import pytest
 
 from driftmatrix.config import ConfigError
 from driftmatrix.executor import (KILL_ENV, LocalExecutor, Progress, RayExecutor, Resources, RuntimeConfig,
-                                  make_executor, parse_runtime, recipe_key, reuse_workers)
+                                  local_slots, machine_cpus, make_executor, parse_runtime, recipe_key,
+                                  reuse_workers)
 
 
 # --- work used by both executors (top level: Ray pickles it by reference) -----------------------
@@ -82,11 +83,23 @@ def fail_on_three(ctx, item):
     return item
 
 
+def die_on_two(ctx, item):
+    if item == 2:
+        os._exit(3)  # a worker killed mid-unit (out of memory, kill -9)
+    return item
+
+
+def sleep_then_pid(ctx, item):
+    time.sleep(item)
+    return os.getpid()
+
+
 # --- runtime config ------------------------------------------------------------------------------
 def test_runtime_defaults_are_local():
     cfg = parse_runtime(None)
     assert cfg == RuntimeConfig()
-    assert (cfg.executor, cfg.address, cfg.num_cpus, cfg.num_gpus, cfg.max_retries) == ("local", None, 1, 0, 3)
+    assert (cfg.executor, cfg.workers, cfg.address, cfg.num_cpus, cfg.num_gpus, cfg.max_retries) == \
+        ("local", 1, None, 1, 0, 3)
     assert isinstance(make_executor(cfg), LocalExecutor)
 
 
@@ -109,6 +122,9 @@ def test_runtime_overrides_per_model():
     ({"num_cpus": "two"}, "params.yaml: runtime.num_cpus"),
     ({"max_retries": 1.5}, "params.yaml: runtime.max_retries"),
     ({"address": ""}, "params.yaml: runtime.address"),
+    ({"workers": 0}, "params.yaml: runtime.workers"),
+    ({"workers": "all"}, "params.yaml: runtime.workers"),
+    ({"workers": True}, "params.yaml: runtime.workers"),
     ({"overrides": {"MLP-S": {"gpus": 1}}}, "params.yaml: runtime.overrides.MLP-S.gpus"),
     ({"overrides": {"MLP-X": {"num_gpus": 1}}}, "params.yaml: runtime.overrides.MLP-X"),
     ({"overrides": {"MLP-S": {"num_gpus": 2.5}}}, "params.yaml: runtime.overrides.MLP-S.num_gpus"),
@@ -143,6 +159,68 @@ def test_local_builds_once_and_keeps_item_order():
     assert len(_BUILDS) == before + 1
     assert len({r["context"] for _, r in out}) == 1
     assert list(LocalExecutor(progress=False).map(train_linear, TinyData(), [])) == []
+
+
+def test_local_slots_are_workers_or_cpus_over_num_cpus():
+    cpus = machine_cpus()
+    assert local_slots(RuntimeConfig(workers=3), Resources(num_cpus=2)) == 3
+    assert local_slots(RuntimeConfig(workers="auto"), Resources(num_cpus=1)) == cpus
+    assert local_slots(RuntimeConfig(workers="auto"), Resources(num_cpus=cpus)) == 1
+    assert local_slots(RuntimeConfig(workers="auto"), Resources(num_cpus=cpus + 1)) == 1
+    ex = LocalExecutor(RuntimeConfig(workers=2, overrides={"ViT-L": Resources(num_cpus=1, num_gpus=1)}))
+    assert ex.workers("MLP-S", 5) == 2 and ex.workers("MLP-S", 1) == 0  # one unit: no worker to start
+    assert ex.workers("ViT-L", 5) == 0  # GPU units stay in the stage process
+
+
+POOL = RuntimeConfig(workers=2)
+
+
+def test_local_workers_give_the_in_process_bits_from_other_processes():
+    import torch
+
+    seeds = [0, 1, 2, 3, 4]
+    here = dict(LocalExecutor(progress=False).map(train_linear, TinyData(), seeds))
+    there = list(LocalExecutor(POOL, progress=False).map(train_linear, TinyData(), seeds))
+    assert sorted(item for item, _ in there) == seeds  # each unit exactly once
+    for seed, result in there:
+        for name, value in here[seed]["state"].items():
+            assert torch.equal(value, result["state"][name]), (seed, name)
+    pids = {pid for _, r in there for pid, _ in [r["context"]]}
+    assert os.getpid() not in pids and 1 <= len(pids) <= 2
+    assert len({r["context"] for _, r in there}) == len(pids)  # one context build per worker
+
+
+def test_local_workers_yield_units_as_they_finish():
+    out = list(LocalExecutor(POOL, progress=False).map(sleep_then_pid, TinyData(), [1.5, 0.0, 0.1]))
+    assert [item for item, _ in out][-1] == 1.5
+    assert len({pid for _, pid in out}) == 2
+
+
+def test_local_worker_unit_error_reaches_the_stage():
+    with pytest.raises(ValueError, match="unit 3 is broken"):
+        list(LocalExecutor(POOL, progress=False).map(fail_on_three, TinyData(), [1, 2, 3, 4]))
+
+
+def test_local_worker_that_dies_fails_the_map_naming_its_unit():
+    with pytest.raises(RuntimeError, match=r"kill-test: a worker process died while running 2"):
+        list(LocalExecutor(POOL, progress=False).map(die_on_two, TinyData(), [1, 2, 3], label="kill-test"))
+
+
+def test_local_workers_stop_when_the_stage_stops_reading():
+    gen = LocalExecutor(POOL, progress=False).map(sleep_then_pid, TinyData(), [0.0, 30.0, 30.0, 30.0])
+    item, pid = next(gen)
+    started = time.monotonic()
+    gen.close()  # e.g. the stage failed writing the first result
+    assert item == 0.0 and time.monotonic() - started < 10
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        pytest.fail(f"worker {pid} still runs after the map stopped")
 
 
 def test_progress_logs_done_running_queued_and_eta(caplog):

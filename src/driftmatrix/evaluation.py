@@ -133,9 +133,11 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
         out_dir: str | Path, features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
     """Score the plan's missing cells of ``model``; attach each changed row to its unit's run."""
     from driftmatrix.executor import make_executor, runtime_config
-    from driftmatrix.training import CheckpointStore, Experiment, ExperimentRecipe, sync
+    from driftmatrix.training import (WORKER_MODULES, CheckpointStore, Experiment, ExperimentRecipe, start_workers,
+                                      sync)
     from driftmatrix.units import slice_hashes
 
+    start_workers(params, model, (*WORKER_MODULES, __name__))
     exp = Experiment(params, model, slices_dir, features_dir)
     plan, hashes = exp.plan, slice_hashes(exp.manifest)
     ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(out_dir, model)

@@ -389,6 +389,18 @@ def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], 
     return done
 
 
+#: What an :class:`Experiment` and a unit import, preloaded by the local worker server.
+WORKER_MODULES = ("driftmatrix.training", "driftmatrix.slicing", "driftmatrix.features.inputs",
+                  "driftmatrix.models.image", "driftmatrix.tasks", "driftmatrix.optim")
+
+
+def start_workers(params: Params, model: str, preload: Sequence[str] = WORKER_MODULES) -> bool:
+    """Start the local worker server before this stage's own imports (``executor.start_worker_server``)."""
+    from driftmatrix.executor import runtime_config, start_worker_server
+
+    return start_worker_server(runtime_config(params), model, preload)
+
+
 def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
         validation_dir: str | Path = "outputs/validation",
         features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
@@ -399,6 +411,7 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     """
     from driftmatrix.audit.gate import overridden_checks
 
+    start_workers(params, model)
     exp = Experiment(params, model, slices_dir, features_dir)
     store = CheckpointStore(out_dir, model)
     todo = [u for u in exp.plan.units if not store.done(u.key)]
