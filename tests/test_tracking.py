@@ -46,3 +46,30 @@ def test_an_existing_store_is_never_replaced(tmp_path, monkeypatch):
     assert db.read_bytes() == b"not ours to touch"
     tracking.seed_sqlite_store(f"sqlite:///{tmp_path}/missing-folder/mlflow.db")  # no folder: left to MLflow
     assert not (tmp_path / "missing-folder").exists()
+
+
+def test_a_command_process_leaves_its_sqlite_store_in_one_file(tmp_path):
+    """Stage commands skip the final garbage collection (cli.main freezes it), so the store's
+    connections are closed explicitly at exit: no write-ahead log is left beside mlflow.db, and a
+    copy of that file alone holds every run."""
+    import subprocess
+    import sys
+
+    db = tmp_path / "mlflow.db"
+    script = (
+        "import gc, mlflow\n"
+        "from driftmatrix import tracking\n"
+        "from driftmatrix.config import TrackingConfig\n"
+        f"tracking.configure(TrackingConfig(uri='sqlite:///{db}', experiment='wal', "
+        f"artifact_root='{tmp_path / 'mlruns'}'))\n"
+        "run = mlflow.MlflowClient().create_run(mlflow.get_experiment_by_name('wal').experiment_id)\n"
+        "print(run.info.run_id)\n"
+        "gc.freeze()  # as cli.main does when a command ends\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          env={**__import__("os").environ, "MLFLOW_TRACKING_URI": f"sqlite:///{db}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert db.exists() and not (tmp_path / "mlflow.db-wal").exists()
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(db.read_bytes())
+    with sqlite3.connect(copy) as con:
+        assert [r[0] for r in con.execute("select run_uuid from runs")] == [done.stdout.split()[-1]]

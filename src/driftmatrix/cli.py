@@ -378,6 +378,13 @@ def main() -> None:
             typer.echo(f"error: {exc}", err=True)
             sys.exit(2)
         raise
+    finally:
+        # The command is done: the collections at interpreter exit would only walk torch's and
+        # MLflow's module graphs (about 1 s a stage process with torch, 0.6 s with MLflow).
+        # Files, logs and atexit handlers are unaffected; the process ends right after.
+        import gc
+
+        gc.freeze()
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,6 +14,7 @@ network from the registry, so loading a registered model never unpickles anythin
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import io
 import json
@@ -22,7 +23,9 @@ import os
 import re
 import subprocess
 import tempfile
+import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -65,7 +68,23 @@ def fast_sqlite() -> None:
             cursor.execute("PRAGMA synchronous=NORMAL")
             cursor.close()
 
+    @event.listens_for(Engine, "engine_connect")
+    def _remember(connection):
+        _ENGINES.add(connection.engine)
+
+    atexit.register(close_stores)
     fast_sqlite.done = True
+
+
+_ENGINES: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+
+def close_stores() -> None:
+    """Close this process's database connections (at exit): sqlite then folds its write-ahead log
+    back into the database file and removes it, so ``mlflow.db`` alone holds every commit even
+    when the process skips its final garbage collection (``cli.main``)."""
+    for engine in list(_ENGINES):
+        engine.dispose()
 
 
 def schema_template() -> Path | None:
@@ -149,6 +168,22 @@ def configure(cfg: TrackingConfig) -> str:
     mlflow.set_experiment(experiment_id=exp_id)
     _CONFIGURED[uri, cfg.experiment] = exp_id
     return exp_id
+
+
+def configure_in_background(cfg: TrackingConfig) -> threading.Thread:
+    """:func:`configure` on a thread: MLflow's import and store set-up (seconds) overlap a stage's
+    own work, e.g. while it waits on worker processes. A failure here is left for the stage's
+    own :func:`configure` call to raise; join the thread before it."""
+
+    def warm() -> None:
+        try:
+            configure(cfg)
+        except Exception:  # noqa: BLE001 - raised again, with context, by the stage's configure
+            log.debug("MLflow set-up in the background failed; the stage will retry it", exc_info=True)
+
+    thread = threading.Thread(target=warm, name="mlflow-setup", daemon=True)
+    thread.start()
+    return thread
 
 
 def run_name(model: str, cutoff: str, seed: int) -> str:
