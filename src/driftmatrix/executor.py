@@ -341,7 +341,7 @@ def start_worker_server(cfg: RuntimeConfig, model: str | None = None, preload: I
     if cfg.executor != "local" or local_slots(cfg, cfg.resources_for(model)) <= 1 \
             or "forkserver" not in mp.get_all_start_methods():
         return False
-    mp.set_forkserver_preload(["torch", __name__, *preload])
+    mp.set_forkserver_preload(["torch", __name__, *preload, "driftmatrix._worker_server"])
     forkserver.ensure_running()
     return True
 
