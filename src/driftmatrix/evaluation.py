@@ -133,12 +133,16 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
         out_dir: str | Path, features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
     """Score the plan's missing cells of ``model``; attach each changed row to its unit's run."""
     from driftmatrix.executor import make_executor, runtime_config
-    from driftmatrix.training import (WORKER_MODULES, CheckpointStore, Experiment, ExperimentRecipe, start_workers,
-                                      sync)
+    from driftmatrix.tracking import configure_in_background
+    from driftmatrix.training import (WORKER_MODULES, CheckpointStore, Experiment, ExperimentInfo,
+                                      ExperimentRecipe, start_workers, sync)
     from driftmatrix.units import slice_hashes
 
-    start_workers(params, model, (*WORKER_MODULES, __name__))
-    exp = Experiment(params, model, slices_dir, features_dir)
+    # Scoring in worker processes: this process never imports torch and sets MLflow up meanwhile.
+    in_workers = start_workers(params, model, (*WORKER_MODULES, __name__))
+    mlflow_ready = configure_in_background(params.tracking)
+    exp = ExperimentInfo(params, model, slices_dir) if in_workers else Experiment(params, model, slices_dir,
+                                                                                  features_dir)
     plan, hashes = exp.plan, slice_hashes(exp.manifest)
     ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(out_dir, model)
     untrained = [u for u in plan.units if not ckpts.done(u.key)]
@@ -157,12 +161,13 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
              len(todo))
     recipe = ExperimentRecipe.of(params, model, slices_dir, features_dir)
     for (unit, _, _), cells in make_executor(runtime_config(params)).map(
-            score_task, recipe, todo, model=model, label="evaluate", context=exp):
+            score_task, recipe, todo, model=model, label="evaluate", context=None if in_workers else exp):
         doc = docs[unit.key]
         doc["unit"] = {"model": unit.model, "seed": unit.seed, "cutoff": unit.cutoff, "key": unit.key}
         doc["cells"].update(cells)
         scores.write(unit.key, doc)
     rows = RowLogs(params, exp, plan, hashes, docs)
+    mlflow_ready.join()
     with rows:
         run_ids = sync(params, exp, ckpts, rows=rows.for_new_run)
         written = rows.attach_rest(run_ids)

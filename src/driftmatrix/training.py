@@ -163,15 +163,13 @@ def model_plan(params: Params, model: str, manifest: Mapping[str, Any]) -> Model
                       manifest["slices"])
 
 
-class Experiment:
-    """Everything one model's stages need: slices, inputs on the device, targets, config, plan."""
+class ExperimentInfo:
+    """What a stage process knows of one model's experiment without torch: config, slices (rows,
+    labels, targets), metric and plan. Enough to plan, record and track; :class:`Experiment` adds
+    the inputs and the device for computing."""
 
-    def __init__(self, params: Params, model: str, slices_dir: str | Path,
-                 features_dir: str | Path = "outputs/features"):
-        import torch
-
+    def __init__(self, params: Params, model: str, slices_dir: str | Path):
         from driftmatrix.data.table import DatasetMeta
-        from driftmatrix.features.inputs import load_inputs
         from driftmatrix.models.registry import get
         from driftmatrix.slicing import load_slices
         from driftmatrix.tasks import metric_for, targets_array
@@ -179,7 +177,6 @@ class Experiment:
         self.params = params
         self.spec = get(model)
         self.cfg = effective_config(params, model)
-        self.device = resolve_device(self.cfg.device)
         rows, self.manifest, _ = load_slices(slices_dir)
         self.meta = DatasetMeta.from_dict(self.manifest["dataset"])
         self.metric = metric_for(self.meta.task)
@@ -187,18 +184,32 @@ class Experiment:
         self.split = rows["split"].to_numpy()
         self.labels = [s["label"] for s in self.manifest["slices"]]
         self.targets_np = targets_array(rows, self.meta)
+        self.dataset = params.dataset.name
+        self.plan = self.make_plan()
+
+    def make_plan(self) -> ModelPlan:
+        return model_plan(self.params, self.spec.name, self.manifest)
+
+
+class Experiment(ExperimentInfo):
+    """Everything one model's stages compute with: :class:`ExperimentInfo` plus the targets and
+    inputs on the device."""
+
+    def __init__(self, params: Params, model: str, slices_dir: str | Path,
+                 features_dir: str | Path = "outputs/features"):
+        import torch
+
+        from driftmatrix.features.inputs import load_inputs
+
+        super().__init__(params, model, slices_dir)
+        self.device = resolve_device(self.cfg.device)
         self.targets = torch.as_tensor(self.targets_np.copy()).to(self.device)
         self.inputs = load_inputs(self.spec.inputs, slices_dir, features_dir, self.spec.encoder,
                                   params.extra.get("embed")).to(self.device)
         if self.spec.inputs == "pixels":  # a flattening model gains nothing from channels-last batches
             self.inputs.channels_last = self.spec.family != "MLP"
         self.info = dict(getattr(self.inputs, "info", {}))
-        self.dataset = params.dataset.name
-        self.plan = self.make_plan()
         self.eval_batches = None  # evaluation.EvalBatches, made by the first scored checkpoint
-
-    def make_plan(self) -> ModelPlan:
-        return model_plan(self.params, self.spec.name, self.manifest)
 
     def new_model(self, seed: int):
         import torch
@@ -424,7 +435,7 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     return done
 
 
-def sync(params: Params, exp: Experiment, store: CheckpointStore, rows=None) -> dict[str, str]:
+def sync(params: Params, exp: ExperimentInfo, store: CheckpointStore, rows=None) -> dict[str, str]:
     """MLflow runs, registry versions and aliases for every finished unit of the plan; ``rows``:
     the drift-matrix row a run created now carries (``tracking.RowFor``)."""
     from driftmatrix import tracking
