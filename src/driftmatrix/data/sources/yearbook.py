@@ -48,7 +48,8 @@ IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg"}
 MAX_DEPTH = 2  # folders allowed above F/ and M/
 ARCHIVE_SUFFIXES = (".zip", ".tar", ".tar.gz", ".tgz")
 DEFAULTS: dict[str, Any] = {
-    "workers": 0,              # decoding threads; 0 = every core this process may use
+    "workers": 0,              # reading and decoding threads; 0 = one per core this process may use, plus
+                               # one (a thread waiting on the disk leaves its core to the others)
     "window": 64,              # images in flight at most
     "max_bytes": 16 << 20,     # per file / archive member (a portrait is about 10 KB)
     "max_pixels": 1 << 24,     # per image, from its header (a portrait is 186 x 171)
@@ -291,7 +292,7 @@ def read_yearbook(path: str | Path, name: str = "yearbook", size: int = 32,
                   strict: bool = False, **options: Any) -> IngestResult:
     """Read a Yearbook folder or archive into the normalised table plus a uint8 image array."""
     opts = take_options("yearbook", options, DEFAULTS)
-    workers = int(opts["workers"]) or available_cores()
+    workers = int(opts["workers"]) or available_cores() + 1
     window, max_bytes, max_pixels = (int(opts[k]) for k in ("window", "max_bytes", "max_pixels"))
     if min(window, max_bytes, max_pixels) < 1 or workers < 0:
         raise DataError(f"yearbook reader: options workers, window, max_bytes, max_pixels must be positive, got "
