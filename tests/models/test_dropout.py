@@ -32,3 +32,18 @@ def test_mask_dropout_scales_kept_elements_and_is_the_identity_in_eval():
     assert MaskDropout(0.0)(x) is x
     with pytest.raises(ValueError, match="dropout probability"):
         MaskDropout(1.0)
+
+
+def test_mask_dropout_equals_selecting_the_scaled_input_forward_and_backward():
+    """The multiplied-in float mask gives what selecting x / (1 - p) where kept, else 0, gives:
+    the same values (a dropped negative element is -0.0, equal to 0.0) and the same gradients."""
+    x = torch.randn(64, 65, 64, requires_grad=True)
+    g = torch.randn(64, 65, 64)
+    torch.manual_seed(3)
+    y = MaskDropout(0.1)(x)
+    y.backward(g)
+    torch.manual_seed(3)
+    keep = keep_mask(x.shape, 0.1)
+    ref = torch.where(keep, x.detach() * (1.0 / 0.9), 0.0)
+    assert torch.equal(y, ref)
+    assert torch.equal(x.grad, torch.where(keep, g * (1.0 / 0.9), 0.0))

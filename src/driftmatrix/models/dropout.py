@@ -37,7 +37,9 @@ class MaskDropout(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.training or self.p == 0.0:
             return x
-        return torch.where(keep_mask(x.shape, self.p, x.device), x * (1.0 / (1.0 - self.p)), 0.0)
+        # a float mask of 0 and 1/(1-p), multiplied in: half the cost of torch.where (forward and
+        # backward) and the same values (a dropped element is 0.0 or -0.0, a kept one x/(1-p))
+        return x * keep_mask(x.shape, self.p, x.device).to(x.dtype).mul_(1.0 / (1.0 - self.p))
 
     def extra_repr(self) -> str:
         return f"p={self.p}"
