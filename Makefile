@@ -26,6 +26,7 @@ data: install params  ## write the built-in dataset (if missing) and track data/
 	dvc add -q data
 
 repro: data  ## run the whole pipeline on the built-in default (dvc repro)
+	driftmatrix repair-lock
 	dvc repro
 	@echo "Results: outputs/report/report.html, outputs/matrices/, MLflow: make ui"
 

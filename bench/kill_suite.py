@@ -323,6 +323,7 @@ class Trial:
     check: Check | None = None
     seconds: float = 0.0
     moments: list[Any] = field(default_factory=list)
+    repairs: list[str] = field(default_factory=list)  # dvc.lock files torn by a kill and moved aside
 
     @property
     def ok(self) -> bool:
@@ -393,6 +394,12 @@ def restart_loop(repo: Repo, trial: Trial, cmd: list[str], moments: list[Moment]
             break
         trial.kills += 1
         trial.moments.append(f"{mark!r}+{gap:.1f}s" if mark else round(max(gap, min_gap), 2))
+        if cmd[:2] == ["dvc", "repro"]:  # restarted as `make repro` does: a torn dvc.lock moved aside
+            repaired = repo.run(["driftmatrix", "repair-lock"]).stdout.strip()
+            if repaired:
+                trial.repairs.append(repaired)
+                with open(log_path, "a") as log:
+                    log.write(repaired + "\n")
     final = run_until(repo, cmd, None, log_path)
     if final.rc != 0:
         trial.failures.append(f"{' '.join(cmd)} did not recover (exit {final.rc}):\n{log_tail(log_path)}")
@@ -509,7 +516,7 @@ SCENARIOS = ("dvc", "train", "ray")
 def table(trials: list[Trial]) -> str:
     """One row per scenario: kills, recoveries, identical matrices, runs / versions per unit."""
     head = (f"{'scenario':<18}{'trials':>7}{'kills':>6}{'recovered':>10}{'identical':>10}{'units':>6}"
-            f"{'runs/unit':>10}{'versions/unit':>14}{'RUNNING':>8}{'stray':>6}{'s':>7}")
+            f"{'runs/unit':>10}{'versions/unit':>14}{'RUNNING':>8}{'stray':>6}{'torn lock':>10}{'s':>7}")
     lines = [head]
     for name in dict.fromkeys(t.scenario for t in trials):
         group = [t for t in trials if t.scenario == name]
@@ -522,13 +529,14 @@ def table(trials: list[Trial]) -> str:
                      f"{'/'.join(sorted({str(c.units) for c in checks})) or '-':>6}{','.join(runs):>10}"
                      f"{','.join(versions):>14}{sum(c.running for c in checks):>8}"
                      f"{sum(c.stray_runs + c.stray_versions for c in checks):>6}"
-                     f"{sum(t.seconds for t in group):>7.0f}")
+                     f"{sum(len(t.repairs) for t in group):>10}{sum(t.seconds for t in group):>7.0f}")
     return "\n".join(lines)
 
 
 def as_json(trial: Trial) -> dict[str, Any]:
     c = trial.check
     return {"scenario": trial.scenario, "kills": trial.kills, "recoveries": trial.recoveries,
+            "dvc_lock_repairs": trial.repairs,
             "moments_s": trial.moments, "seconds": round(trial.seconds, 1), "ok": trial.ok,
             "failures": [f[:4000] for f in trial.failures],
             "check": None if c is None else {"identical": c.identical, "units": c.units,

@@ -134,3 +134,24 @@ def test_dvc_repro_is_idempotent_and_reruns_only_the_changed_model(tmp_path):
     assert {r: runs2[r] for r in runs1} == runs1
     new = [runs2[r] for r in set(runs2) - set(runs1)]
     assert sorted(new) == sorted((m, "FINISHED", "active") for m in models for _ in range(K + 1))
+
+
+def test_a_torn_dvc_lock_is_moved_aside_and_a_valid_one_kept(tmp_path):
+    """DVC rewrites dvc.lock in place; a `dvc repro` killed mid-write leaves a file DVC refuses.
+    `driftmatrix repair-lock` (run by `make repro` first) moves only such a file aside."""
+    from driftmatrix.pipeline import repair_dvc_lock
+
+    lock = tmp_path / "dvc.lock"
+    assert repair_dvc_lock(lock) is None  # absent
+    text = yaml.safe_dump({"schema": "2.0", "stages": {
+        "ingest": {"cmd": "driftmatrix ingest", "outs": [{"path": "outputs/ingested", "hash": "md5",
+                                                          "md5": "0" * 32 + ".dir", "size": 10, "nfiles": 2}]},
+        "slice": {"cmd": "driftmatrix slice", "deps": [{"path": "outputs/ingested", "hash": "md5",
+                                                        "md5": "0" * 32 + ".dir", "size": 10, "nfiles": 2}]}}},
+        sort_keys=False)
+    lock.write_text(text)
+    assert repair_dvc_lock(lock) is None and lock.read_text() == text
+    torn = text[:text.index("cmd: driftmatrix slice")]  # killed after "slice:" was written
+    lock.write_text(torn)
+    aside = repair_dvc_lock(lock)
+    assert aside == tmp_path / "dvc.lock.torn" and aside.read_text() == torn and not lock.exists()

@@ -200,6 +200,17 @@ def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
               plots_dir=plots or stage.DVC_MATRICES)
 
 
+@app.command("repair-lock")
+def repair_lock(path: Path = typer.Argument(Path("dvc.lock"))) -> None:
+    """Move a dvc.lock torn by a killed `dvc repro` aside (`make repro` does this first)."""
+    from driftmatrix.pipeline import repair_dvc_lock
+
+    aside = repair_dvc_lock(path)
+    if aside is not None:
+        typer.echo(f"{path} was torn by a killed `dvc repro`: moved to {aside}; the next `dvc repro` reruns each "
+                   "stage once (finished units and scores are kept)")
+
+
 @app.command()
 def status(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
            checkpoints: Path = typer.Option(Path("outputs/checkpoints")),

@@ -364,13 +364,15 @@ def _pool_map(fn, recipe, items: list, workers: int, threads: int, bar: Progress
     try:
         bar.update(0, min(workers, len(items)))
         while pending:
+            in_flight = [item for future, item in pending.items() if future.running()]
             finished, _ = wait(pending, timeout=bar.seconds, return_when=FIRST_COMPLETED)
             for future in finished:
                 item = pending.pop(future)
                 try:
                     result = future.result()
-                except BrokenProcessPool as exc:
-                    raise RuntimeError(f"{bar.label}: a worker process died while running {item!r}") from exc
+                except BrokenProcessPool as exc:  # every unit in flight fails with it: name them all
+                    raise RuntimeError(f"{bar.label}: a worker process died (killed, or out of memory?) while "
+                                       f"running one of {in_flight or [item, *pending.values()]!r}") from exc
                 done += 1
                 bar.update(done, min(workers, len(pending)))
                 yield item, result
