@@ -196,13 +196,24 @@ def test_local_workers_yield_units_as_they_finish():
     assert len({pid for _, pid in out}) == 2
 
 
+def test_local_workers_are_spawned_where_the_os_has_no_forkserver(monkeypatch):
+    import multiprocessing
+
+    from driftmatrix import executor
+
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])  # as on macOS, Windows
+    assert not executor.start_worker_server(POOL, "MLP-S")
+    out = list(LocalExecutor(POOL, progress=False).map(identity, TinyData(), [4, 5, 6]))
+    assert sorted(item for item, _ in out) == [4, 5, 6] and all(item == r for item, r in out)
+
+
 def test_local_worker_unit_error_reaches_the_stage():
     with pytest.raises(ValueError, match="unit 3 is broken"):
         list(LocalExecutor(POOL, progress=False).map(fail_on_three, TinyData(), [1, 2, 3, 4]))
 
 
 def test_local_worker_that_dies_fails_the_map_naming_its_unit():
-    with pytest.raises(RuntimeError, match=r"kill-test: a worker process died .* running one of \[.*2.*\]"):
+    with pytest.raises(RuntimeError, match=r"kill-test: a worker process died .* in flight: \[.*2.*\]"):
         list(LocalExecutor(POOL, progress=False).map(die_on_two, TinyData(), [1, 2, 3], label="kill-test"))
 
 

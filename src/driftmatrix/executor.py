@@ -339,40 +339,49 @@ def start_worker_server(cfg: RuntimeConfig, model: str | None = None, preload: I
     from multiprocessing import forkserver
 
     if cfg.executor != "local" or local_slots(cfg, cfg.resources_for(model)) <= 1 \
-            or "forkserver" not in mp.get_all_start_methods():
+            or _pool_context().get_start_method() != "forkserver":
         return False
     mp.set_forkserver_preload(["torch", __name__, *preload, "driftmatrix._worker_server"])
     forkserver.ensure_running()
     return True
 
 
+def _pool_context():
+    """Forkserver where the OS has it (Linux); elsewhere (macOS, Windows) spawn: each worker then
+    imports torch itself."""
+    import multiprocessing as mp
+
+    return mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
+
+
 def _pool_map(fn, recipe, items: list, workers: int, threads: int, bar: Progress) -> Iterator[tuple[Any, Any]]:
-    """``items`` through ``workers`` forked worker processes; yields ``(item, result)`` as each finishes.
+    """``items`` through ``workers`` worker processes; yields ``(item, result)`` as each finishes.
 
     A unit's own error is raised here with its worker's traceback; a worker that dies (killed,
-    out of memory) fails the map, naming the unit. On any early exit the workers are stopped:
+    out of memory) fails the map, naming the units in flight. On any early exit the workers are stopped:
     they write nothing, so nothing is lost but their computation.
     """
-    import multiprocessing as mp
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context("forkserver"))
+    pool = ProcessPoolExecutor(workers, mp_context=_pool_context())
     key = recipe_key(recipe)
     pending = {pool.submit(run_item, fn, recipe, key, item, None, threads): item for item in items}
     done = 0
     try:
         bar.update(0, min(workers, len(items)))
         while pending:
-            in_flight = [item for future, item in pending.items() if future.running()]
             finished, _ = wait(pending, timeout=bar.seconds, return_when=FIRST_COMPLETED)
             for future in finished:
-                item = pending.pop(future)
+                item = pending[future]
                 try:
                     result = future.result()
-                except BrokenProcessPool as exc:  # every unit in flight fails with it: name them all
-                    raise RuntimeError(f"{bar.label}: a worker process died (killed, or out of memory?) while "
-                                       f"running one of {in_flight or [item, *pending.values()]!r}") from exc
+                except BrokenProcessPool as exc:  # the pool is gone: the dead worker's unit is among the
+                    left = list(pending.values())  # first unfinished ones (units start in item order)
+                    raise RuntimeError(f"{bar.label}: a worker process died (killed, or out of memory?); "
+                                       f"{len(left)} units unfinished, the first {min(len(left), workers + 1)} "
+                                       f"were in flight: {left[:workers + 1]!r}") from exc
+                del pending[future]
                 done += 1
                 bar.update(done, min(workers, len(pending)))
                 yield item, result
