@@ -170,6 +170,9 @@ def test_local_slots_are_workers_or_cpus_over_num_cpus():
     ex = LocalExecutor(RuntimeConfig(workers=2, overrides={"ViT-L": Resources(num_cpus=1, num_gpus=1)}))
     assert ex.workers("MLP-S", 5) == 2 and ex.workers("MLP-S", 1) == 0  # one unit: no worker to start
     assert ex.workers("ViT-L", 5) == 0  # GPU units stay in the stage process
+    from driftmatrix.executor import start_worker_server
+
+    assert not start_worker_server(RuntimeConfig(workers=2, num_gpus=1), "ViT-L")  # so no server for them
 
 
 POOL = RuntimeConfig(workers=2)

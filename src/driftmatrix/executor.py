@@ -23,8 +23,8 @@ floor(``num_cpus``), at least 1: the same configuration gives the same bits loca
 Local worker processes (``workers`` above 1, CPU units only): forked from a server process that
 imports torch while the stage process starts up (:func:`start_worker_server`), so a worker costs
 no second start-up; each builds the context from the recipe once. On 2 cores two 1-thread units
-train MLP-S about 2.3x and ViT-S about 1.3x faster than one 2-thread unit (small models leave
-the second thread idle); CNN-S gains nothing.
+train MLP-S about 1.7x and CNN-S and ViT-S about 1.15x faster than one 2-thread unit at a time
+(small models leave the second thread partly idle).
 
 Fault-test hook: when the environment variable ``DRIFTMATRIX_KILL_ONCE`` names a file that does
 not exist yet, the first Ray worker to claim it (atomic create) kills its own process part-way
@@ -283,11 +283,9 @@ class LocalExecutor:
 
     def workers(self, model: str | None, n_items: int, context: Any = None) -> int:
         """Worker processes for ``n_items`` units of ``model`` (0: run them in this process)."""
-        res = self.cfg.resources_for(model)
-        n = local_slots(self.cfg, res)
-        if n <= 1 or n_items <= 1 or res.num_gpus > 0 or getattr(getattr(context, "device", None), "type", "cpu") != "cpu":
-            return 0
-        return min(n, n_items)
+        on_gpu = getattr(getattr(context, "device", None), "type", "cpu") != "cpu"
+        n = local_workers(self.cfg, model)
+        return 0 if n <= 1 or n_items <= 1 or on_gpu else min(n, n_items)
 
     def map(self, fn, recipe, items, *, model=None, label="train", context=None):
         items = list(items)
@@ -327,6 +325,13 @@ def local_slots(cfg: RuntimeConfig, res: Resources) -> int:
     return max(1, math.floor(machine_cpus() / res.num_cpus + 1e-9)) if res.num_cpus > 0 else machine_cpus()
 
 
+def local_workers(cfg: RuntimeConfig, model: str | None) -> int:
+    """Worker processes the local executor may use for ``model``'s units: its slots, 1 for GPU
+    units (they run in the stage process)."""
+    res = cfg.resources_for(model)
+    return 1 if res.num_gpus > 0 else local_slots(cfg, res)
+
+
 def start_worker_server(cfg: RuntimeConfig, model: str | None = None, preload: Iterable[str] = ()) -> bool:
     """Start the process that local workers fork from, if ``model``'s units will run in workers.
 
@@ -338,7 +343,7 @@ def start_worker_server(cfg: RuntimeConfig, model: str | None = None, preload: I
     import multiprocessing as mp
     from multiprocessing import forkserver
 
-    if cfg.executor != "local" or local_slots(cfg, cfg.resources_for(model)) <= 1 \
+    if cfg.executor != "local" or local_workers(cfg, model) <= 1 \
             or _pool_context().get_start_method() != "forkserver":
         return False
     mp.set_forkserver_preload(["torch", __name__, *preload, "driftmatrix._worker_server"])
@@ -358,8 +363,8 @@ def _pool_map(fn, recipe, items: list, workers: int, threads: int, bar: Progress
     """``items`` through ``workers`` worker processes; yields ``(item, result)`` as each finishes.
 
     A unit's own error is raised here with its worker's traceback; a worker that dies (killed,
-    out of memory) fails the map, naming the units in flight. On any early exit the workers are stopped:
-    they write nothing, so nothing is lost but their computation.
+    out of memory) fails the map, naming the units in flight. On any early exit the workers are
+    stopped: they write nothing, so nothing is lost but their computation.
     """
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
