@@ -384,8 +384,8 @@ def _pool_map(fn, recipe, items: list, workers: int, threads: int, bar: Progress
                 except BrokenProcessPool as exc:  # the pool is gone: the dead worker's unit is among the
                     left = list(pending.values())  # first unfinished ones (units start in item order)
                     raise RuntimeError(f"{bar.label}: a worker process died (killed, or out of memory?); "
-                                       f"{len(left)} units unfinished, the first {min(len(left), workers + 1)} "
-                                       f"were in flight: {left[:workers + 1]!r}") from exc
+                                       f"{len(left)} units unfinished, its unit among the first "
+                                       f"{min(len(left), workers + 1)} in flight: {left[:workers + 1]!r}") from exc
                 del pending[future]
                 done += 1
                 bar.update(done, min(workers, len(pending)))

@@ -118,10 +118,11 @@ def _zip_members(path: Path, max_bytes: int) -> Iterator[Member]:
             cls = None if info.is_dir() else class_of(parts)
             if cls:  # read here, while the archive is open (the decoding threads may come later)
                 try:
-                    read = (lambda d: lambda: d)(_read_zip_member(zf, info, max_bytes))
+                    data = _read_zip_member(zf, info, max_bytes)
                 except Drop as drop:
-                    read = _raise(drop)
-                yield cls, f"{path.name}:{info.filename}", parts[-1], read
+                    yield cls, f"{path.name}:{info.filename}", parts[-1], _raise(drop)
+                    continue
+                yield cls, f"{path.name}:{info.filename}", parts[-1], lambda d=data: d
 
 
 def _raise(drop: Drop) -> Callable[[], bytes]:
