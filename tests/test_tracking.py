@@ -73,3 +73,50 @@ def test_a_command_process_leaves_its_sqlite_store_in_one_file(tmp_path):
     copy.write_bytes(db.read_bytes())
     with sqlite3.connect(copy) as con:
         assert [r[0] for r in con.execute("select run_uuid from runs")] == [done.stdout.split()[-1]]
+
+
+def _unit(cutoff, seed, key):
+    return {"unit": {"cutoff": cutoff, "cutoff_index": int(cutoff) - 1950, "seed": seed, "key": key}}
+
+
+def test_the_registry_sync_writes_only_what_differs(mlflow_store, monkeypatch):
+    """Versions and aliases per unit; syncing the same units again writes no alias (MLflow's own
+    search does not return aliases, so this once rewrote all of them); a redone unit moves its
+    aliases to its new version."""
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    exp_id = client.create_experiment("registry")
+    records = [_unit(c, s, f"k-{c}-{s}") for c in ("1950", "1951") for s in (1, 0)]
+    runs = {r["unit"]["key"]: client.create_run(exp_id).info.run_id for r in records}
+    writes = []
+    real = tracking._alias_setter
+
+    def counting(c):
+        set_alias = real(c)
+        return lambda *args: (writes.append(args[1:]), set_alias(*args))
+
+    monkeypatch.setattr(tracking, "_alias_setter", counting)
+
+    def aliases():
+        return {a: runs_of[str(v)] for a, v in client.get_registered_model("d.M").aliases.items()}
+
+    tracking.sync_registry(client, "d.M", records, runs)
+    runs_of = {str(v.version): v.run_id for v in client.search_model_versions("name = 'd.M'")}
+    assert len(runs_of) == 4 and len(writes) == 6
+    assert aliases() == {"cutoff-1950-seed-0": runs["k-1950-0"], "cutoff-1950-seed-1": runs["k-1950-1"],
+                         "cutoff-1951-seed-0": runs["k-1951-0"], "cutoff-1951-seed-1": runs["k-1951-1"],
+                         "cutoff-1950": runs["k-1950-0"], "cutoff-1951": runs["k-1951-0"]}
+
+    writes.clear()
+    tracking.sync_registry(client, "d.M", records, runs)
+    assert writes == [] and len(client.search_model_versions("name = 'd.M'")) == 4
+
+    redone = [r if r["unit"]["key"] != "k-1951-0" else _unit("1951", 0, "k-1951-0b") for r in records]
+    runs["k-1951-0b"] = client.create_run(exp_id).info.run_id
+    tracking.sync_registry(client, "d.M", redone, runs)
+    runs_of = {str(v.version): v.run_id for v in client.search_model_versions("name = 'd.M'")}
+    assert len(runs_of) == 4 and runs["k-1951-0"] not in runs_of.values()
+    assert sorted(writes) == [("cutoff-1951", writes[0][1]), ("cutoff-1951-seed-0", writes[0][1])]
+    assert aliases()["cutoff-1951"] == aliases()["cutoff-1951-seed-0"] == runs["k-1951-0b"]
+    assert aliases()["cutoff-1950"] == runs["k-1950-0"]

@@ -361,20 +361,34 @@ def sync_units(cfg: TrackingConfig, dataset: str, model: str, current: Sequence[
 
 def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_ids: Mapping[str, str]) -> None:
     """One version per current unit, tagged with cutoff and seed; superseded versions deleted;
-    aliases ``cutoff-<label>-seed-<s>`` per seed and ``cutoff-<label>`` for the lowest seed."""
+    aliases ``cutoff-<label>-seed-<s>`` per seed and ``cutoff-<label>`` for the lowest seed.
+    Only what differs is written: a second sync of the same units changes nothing."""
     from mlflow.exceptions import MlflowException
 
     try:
-        client.get_registered_model(name)
+        aliases = {a: str(v) for a, v in client.get_registered_model(name).aliases.items()}
     except MlflowException:
         client.create_registered_model(name, tags={"kind": "driftmatrix"})
+        aliases = {}
+    set_alias = _alias_setter(client)
+
+    def point(alias: str, version: str) -> None:
+        if aliases.get(alias) != version:
+            set_alias(name, alias, version)
+            aliases[alias] = version
+
+    def delete(version) -> None:  # MLflow drops the version's aliases with it
+        client.delete_model_version(name, version)
+        for alias in [a for a, v in aliases.items() if v == str(version)]:
+            del aliases[alias]
+
     versions = client.search_model_versions(f"name = {quote(name)}", max_results=100_000)
     by_key = {v.tags.get("unit_key"): v for v in versions}
     slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): r["unit"]["key"] for r in records}
     for v in versions:
         key, slot = v.tags.get("unit_key"), (v.tags.get("cutoff"), v.tags.get("seed"))
         if key not in slots.values() and slot in slots:  # superseded by a redone unit
-            client.delete_model_version(name, v.version)
+            delete(v.version)
             by_key.pop(key, None)
     lowest: dict[str, tuple[int, str]] = {}
     with quiet_mlflow():
@@ -383,22 +397,26 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
             version = by_key.get(unit["key"])
             if version is None or version.run_id != run_ids[unit["key"]]:
                 if version is not None:
-                    client.delete_model_version(name, version.version)
+                    delete(version.version)
                 version = client.create_model_version(
                     name, f"runs:/{run_ids[unit['key']]}/model", run_id=run_ids[unit["key"]],
                     tags={"cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]),
                           "seed": str(unit["seed"]), "unit_key": unit["key"]})
-                client.set_registered_model_alias(name, alias_for(unit["cutoff"], unit["seed"]), version.version)
-            elif alias_for(unit["cutoff"], unit["seed"]) not in (version.aliases or []):
-                client.set_registered_model_alias(name, alias_for(unit["cutoff"], unit["seed"]), version.version)
+            point(alias_for(unit["cutoff"], unit["seed"]), str(version.version))
             best = lowest.get(unit["cutoff"])
             if best is None or unit["seed"] < best[0]:
                 lowest[unit["cutoff"]] = (unit["seed"], str(version.version))
-        current = {a: str(v.version) for v in client.search_model_versions(f"name = {quote(name)}", max_results=100_000)
-                   for a in (v.aliases or [])}
         for cutoff, (_, version) in lowest.items():
-            if current.get(alias_for(cutoff)) != version:
-                client.set_registered_model_alias(name, alias_for(cutoff), version)
+            point(alias_for(cutoff), version)
+
+
+def _alias_setter(client):
+    """``set_registered_model_alias(name, alias, version)`` of the registry itself when the client
+    exposes it: the public method first reads the whole registered model to rule out a prompt
+    (a model named by us never is), a round trip per alias that doubled the registry sync."""
+    registry = getattr(client, "_get_registry_client", None)
+    target = registry() if registry is not None else client
+    return getattr(target, "set_registered_model_alias", client.set_registered_model_alias)
 
 
 DRIVER_TAG = "driver"  # "<host>:<pid>" of the process that opened a stage run
