@@ -2,7 +2,8 @@ import numpy as np
 import torch
 
 from driftmatrix.pipeline import Paths, prepare
-from driftmatrix.training import Experiment, predict
+from driftmatrix.training import Experiment, largest_first, predict
+from driftmatrix.units import Unit
 
 
 def test_same_seed_on_cpu_gives_identical_models_and_scores(tmp_path, tiny_params):
@@ -40,3 +41,11 @@ def test_bf16_mixed_precision_is_deterministic_and_close_to_fp32(tmp_path, tiny_
     pa = predict(a, exp.inputs, precision="bf16")
     assert np.array_equal(pa, predict(b, exp.inputs, precision="bf16"))
     assert np.abs(pa - predict(a, exp.inputs)).max() < 0.1
+
+
+def test_units_are_trained_largest_first_ties_in_plan_order():
+    manifest = {"slices": [{"n_train": n} for n in (50, 10, 30)]}
+    units = [Unit("d", "M", "MLP", seed, i, str(i), window, f"k{seed}{i}")
+             for seed in (0, 1) for i, window in enumerate([(0,), (0, 1), (1, 2), (1,)])]
+    order = [(u.seed, u.cutoff_index) for u in largest_first(units, manifest)]
+    assert order == [(0, 1), (1, 1), (0, 0), (1, 0), (0, 2), (1, 2), (0, 3), (1, 3)]

@@ -400,6 +400,12 @@ def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], 
     return done
 
 
+def largest_first(units: Sequence[Unit], manifest: Mapping[str, Any]) -> list[Unit]:
+    """``units`` by training rows, most first (ties in plan order): side by side in workers, the
+    small units fill in at the end instead of one large unit finishing alone."""
+    return sorted(units, key=lambda u: -sum(manifest["slices"][k]["n_train"] for k in u.window))
+
+
 #: What an :class:`Experiment` and a unit import, preloaded by the local worker server.
 WORKER_MODULES = ("driftmatrix.training", "driftmatrix.slicing", "driftmatrix.features.inputs",
                   "driftmatrix.models.image", "driftmatrix.tasks", "driftmatrix.optim")
@@ -425,7 +431,7 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     start_workers(params, model)
     exp = Experiment(params, model, slices_dir, features_dir)
     store = CheckpointStore(out_dir, model)
-    todo = [u for u in exp.plan.units if not store.done(u.key)]
+    todo = largest_first([u for u in exp.plan.units if not store.done(u.key)], exp.manifest)
     log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(exp.plan.units),
              exp.plan.window.name, len(exp.plan.units) - len(todo), len(todo))
     overrides = overridden_checks(validation_dir)
