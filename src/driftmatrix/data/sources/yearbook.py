@@ -13,9 +13,9 @@ are decoded by OpenCV (a third faster than Pillow, all of it outside the GIL), o
 Pillow's ``convert("RGB")``; both give the same RGB bytes for PNG.
 
 Decoding runs on ``workers`` threads (default: every core this process may use, plus one; OpenCV
-and Pillow release the GIL while they decode and resize). Members are read in order on the calling thread, at
-most ``window`` images are in flight, and results are taken in submission order, so the output is
-the same for any number of workers and memory stays flat.
+and Pillow release the GIL while they decode and resize). Members are read in order on the calling
+thread, at most ``window`` images are in flight, and results are taken in submission order, so the
+output is the same for any number of workers and memory stays flat.
 
 Untrusted input: a file or archive member over ``max_bytes`` is dropped without being read, an
 image whose header declares more than ``max_pixels`` pixels is dropped before it is decoded
@@ -31,8 +31,8 @@ import re
 import tarfile
 import zipfile
 from collections import deque
-from functools import lru_cache
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
