@@ -4,6 +4,7 @@ import io
 import tarfile
 import zipfile
 
+import cv2
 import numpy as np
 import pytest
 from PIL import Image
@@ -55,7 +56,6 @@ def _encoded(arr: np.ndarray, mode: str) -> bytes:
 def test_decode_gives_pillows_rgb_bytes_resized_by_opencv(mode, size):
     """Whichever decoder a PNG takes (OpenCV for 8-bit modes, Pillow for the rest), the pixels are
     Pillow's convert("RGB") and the resize OpenCV's INTER_AREA (what the authors ran)."""
-    cv2 = pytest.importorskip("cv2")
     arr = _portraits(1, seed=3)[0]
     rgba = np.dstack([arr, (np.arange(171)[None, :] + np.arange(186)[:, None]).astype(np.uint8)])
     data = _encoded(rgba if mode in ("RGBA", "LA") else arr, mode)
@@ -71,7 +71,6 @@ def test_an_image_already_at_size_is_kept_as_decoded():
 
 
 def test_reader_resize_matches_opencv_inter_area(tmp_path):
-    cv2 = pytest.importorskip("cv2")
     images = _portraits(6)
     res = read_yearbook(_folder(tmp_path / "yb", images), size=32)
     by_name = dict(zip(res.table["id"], res.images))
