@@ -5,6 +5,12 @@ VENV := .venv
 export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 STAMP := $(VENV)/.installed
 PARAMS ?= params.yaml
+# Python compiles each module the first time a command imports it and keeps the bytecode beside it
+# (in .venv, and src/ and tests/ where git ignores it): the install leaves that to first use, as the
+# pipeline imports about a fifth of the venv's files. PYTHONDONTWRITEBYTECODE, set on many CI
+# machines, would make every stage process compile torch, MLflow and great-expectations afresh
+# (4-9 s each), so make's commands run without it.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: repro install params data status matrices recommend golden test bench ui exp clean-outputs help
 

@@ -71,9 +71,9 @@ def main(argv: list[str]) -> int:
     if not os.environ.get("DRIFTMATRIX_NO_UV") and run([*pip, "install", "-q", "uv"]):
         listing = subprocess.run([*pip, "config", "list"], capture_output=True, text=True).stdout
         env = uv_environment(pip_settings(listing), dict(os.environ))
-        # --compile-bytecode: as pip does; uv leaves it out by default, and where PYTHONDONTWRITEBYTECODE
-        # is set (as on CI machines) every stage process would compile torch, MLflow, ... afresh
-        uv = [python, "-m", "uv", "pip", "install", "--compile-bytecode", "--python", python]
+        # no --compile-bytecode: compiling all 24k files takes a minute on 2 cores, and the pipeline
+        # imports a fifth of them; each is compiled the first time it is imported (see the Makefile)
+        uv = [python, "-m", "uv", "pip", "install", "--python", python]
         if run([*uv, *requirements], env) and run([*uv, "--no-deps", "-e", "."], env):
             return 0
         print("uv could not install the requirements; installing with pip instead", flush=True)
