@@ -8,7 +8,7 @@ import pytest
 
 from driftmatrix import matrices
 from driftmatrix.config import parse_params
-from driftmatrix.data.table import DatasetMeta
+from driftmatrix.data.table import DataError, DatasetMeta
 from driftmatrix.evaluation import ScoreStore
 from driftmatrix.training import model_plan
 
@@ -145,5 +145,11 @@ def test_stage_outputs_metrics_and_the_report_stage_draws_and_logs_them(setup, t
 def test_no_scores_is_a_clear_error(setup, tmp_path):
     params, _, slices, _ = setup
     (tmp_path / "empty").mkdir()
-    with pytest.raises(FileNotFoundError, match="evaluate"):
+    with pytest.raises(DataError, match="evaluate"):
         matrices.read_scores(params, slices, tmp_path / "empty")
+
+
+def test_no_slices_is_a_clear_error(setup, tmp_path):
+    params, _, _, scores = setup
+    with pytest.raises(DataError, match=r"noslices: no manifest.json \(run `driftmatrix slice` first\)"):
+        matrices.read_scores(params, tmp_path / "noslices", scores)

@@ -86,7 +86,10 @@ def read_model(params: Params, model: str, manifest: Mapping[str, Any], scores_d
 
 def read_scores(params: Params, slices_dir: str | Path, scores_dir: str | Path) -> dict[str, DriftMatrices]:
     """Every configured model's matrices (models with no scored cell at all are left out)."""
-    manifest = json.loads((Path(slices_dir) / "manifest.json").read_text())
+    from driftmatrix.data.table import DataError
+    from driftmatrix.slicing import read_manifest
+
+    manifest = read_manifest(slices_dir)
     out = {}
     for name in params.models:
         m = read_model(params, name, manifest, scores_dir)
@@ -95,7 +98,7 @@ def read_scores(params: Params, slices_dir: str | Path, scores_dir: str | Path) 
             continue
         out[name] = m
     if not out:
-        raise FileNotFoundError(f"{scores_dir}: no scored cells for {list(params.models)} (run the evaluate stage first)")
+        raise DataError(f"{scores_dir}: no scored cells for {list(params.models)} (run the evaluate stage first)")
     return out
 
 

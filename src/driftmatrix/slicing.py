@@ -179,13 +179,20 @@ def describe(manifest: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def read_manifest(slices_dir: str | Path) -> dict[str, Any]:
+    """The ``manifest.json`` of a slices folder; a clear error when the slice stage has not run."""
+    path = Path(slices_dir) / "manifest.json"
+    if not path.exists():
+        raise DataError(f"{slices_dir}: no manifest.json (run `driftmatrix slice` first)")
+    return json.loads(path.read_text())
+
+
 def load_slices(slices_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Any], np.ndarray | None]:
     """Rows, manifest and images (or None) of a slices folder."""
     slices_dir = Path(slices_dir)
-    for name in ("rows.parquet", "manifest.json"):
-        if not (slices_dir / name).exists():
-            raise DataError(f"{slices_dir}: no {name} (run `driftmatrix slice` first)")
-    manifest = json.loads((slices_dir / "manifest.json").read_text())
+    if not (slices_dir / "rows.parquet").exists():
+        raise DataError(f"{slices_dir}: no rows.parquet (run `driftmatrix slice` first)")
+    manifest = read_manifest(slices_dir)
     rows = pd.read_parquet(slices_dir / "rows.parquet")
     images_path = slices_dir / "images.npy"
     images = np.load(images_path, mmap_mode="r", allow_pickle=False) if images_path.exists() else None

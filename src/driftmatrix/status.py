@@ -7,7 +7,6 @@ reads the plan and the files on disk only; nothing is trained, scored or logged.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -82,10 +81,11 @@ def read_status(params: Params, slices_dir: str | Path, checkpoints_dir: str | P
                 scores_dir: str | Path) -> list[ModelStatus]:
     """The status of every configured model from the slices manifest and the files on disk."""
     from driftmatrix.evaluation import ScoreStore
+    from driftmatrix.slicing import read_manifest
     from driftmatrix.training import CheckpointStore, model_plan
     from driftmatrix.units import slice_hashes
 
-    manifest = json.loads((Path(slices_dir) / "manifest.json").read_text())
+    manifest = read_manifest(slices_dir)
     hashes = slice_hashes(manifest)
     out = []
     for model in params.models:
