@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
 import uuid
 from dataclasses import dataclass
@@ -235,6 +236,63 @@ def test_local_workers_stop_when_the_stage_stops_reading():
         time.sleep(0.1)
     else:
         pytest.fail(f"worker {pid} still runs after the map stopped")
+
+
+STAGE = """
+import os, sys, time
+from dataclasses import dataclass
+from driftmatrix.executor import LocalExecutor, RuntimeConfig, start_worker_server
+
+@dataclass(frozen=True)
+class Nothing:
+    def build(self):
+        return None
+
+def report_then_sleep(ctx, folder):
+    open(os.path.join(folder, str(os.getpid())), "w").close()
+    time.sleep(120)
+
+if __name__ == "__main__":
+    cfg = RuntimeConfig(workers=2)
+    assert start_worker_server(cfg, "MLP-S")
+    list(LocalExecutor(cfg, progress=False).map(report_then_sleep, Nothing(), [sys.argv[1]] * 2))
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the worker server dies with its stage on Linux only")
+def test_local_workers_die_with_a_killed_stage_process(tmp_path):
+    """SIGKILL of the stage process alone (not its process group) takes its worker server and
+    workers with it: left running they would finish units that nobody collects."""
+    import signal
+    import subprocess
+
+    (tmp_path / "stage.py").write_text(STAGE)
+    folder = tmp_path / "pids"
+    folder.mkdir()
+    stage = subprocess.Popen([sys.executable, "stage.py", str(folder)], cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while len(os.listdir(folder)) < 2:
+            assert stage.poll() is None and time.monotonic() < deadline, "the workers never started"
+            time.sleep(0.1)
+        workers = [int(name) for name in os.listdir(folder)]
+        assert all(not _gone(pid) for pid in workers)
+        stage.send_signal(signal.SIGKILL)
+        stage.wait()
+        deadline = time.monotonic() + 10
+        while not all(_gone(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(_gone(pid) for pid in workers), f"workers {workers} outlived their stage process"
+    finally:
+        stage.kill()
 
 
 def test_progress_logs_done_running_queued_and_eta(caplog):
