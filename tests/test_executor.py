@@ -11,7 +11,6 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
