@@ -63,3 +63,19 @@ def test_pixel_batches_from_resident_floats_equal_batches_normalised_one_by_one(
         assert torch.equal(a, b) and a.is_contiguous(memory_format=torch.channels_last) == channels_last
         assert torch.equal(a, normalise(torch.from_numpy(images[idx.numpy()]).permute(0, 3, 1, 2)))
         assert a.min() >= -1 and a.max() <= 1
+
+
+def test_scoring_before_training_names_the_missing_checkpoints_and_the_command(tmp_path, tiny_params, mlflow_store):
+    import pytest
+
+    from driftmatrix import evaluation, slicing
+    from driftmatrix.data import ingest, synthetic
+    from driftmatrix.data.table import DataError
+
+    params = tiny_params(tmp_path, runtime={"workers": 1})
+    synthetic.write_dataset(params.synthetic, tmp_path / "raw")
+    ingest.run(params, tmp_path / "ingested")
+    slicing.run(params, tmp_path / "ingested", tmp_path / "slices")
+    with pytest.raises(DataError, match=r"8 of 8 units of MLP-S have no checkpoint \(first: seed 0 cutoff 1950\); "
+                                        r"run `driftmatrix train -m MLP-S` first"):
+        evaluation.run(params, "MLP-S", tmp_path / "slices", tmp_path / "ckpts", tmp_path / "scores")

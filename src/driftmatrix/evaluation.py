@@ -20,6 +20,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from driftmatrix.config import Params
+from driftmatrix.data.table import DataError
 from driftmatrix.units import Cell, ModelPlan, Unit
 
 log = logging.getLogger(__name__)
@@ -147,7 +148,7 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(out_dir, model)
     untrained = [u for u in plan.units if not ckpts.done(u.key)]
     if untrained:
-        raise FileNotFoundError(f"{ckpts.dir}: {len(untrained)} of {len(plan.units)} units of {model} have no "
+        raise DataError(f"{ckpts.dir}: {len(untrained)} of {len(plan.units)} units of {model} have no "
                                 f"checkpoint (first: seed {untrained[0].seed} cutoff {untrained[0].cutoff}); "
                                 f"run `driftmatrix train -m {model}` first")
     docs = {u.key: scores.read(u.key) for u in plan.units}

@@ -80,3 +80,13 @@ def test_compare(folders):
     row = [l for l in res.output.splitlines() if l.startswith("CNN-S")][0].split()
     assert row[1:4] == ["91.00", "89.00", "2.00"]  # ID ours / published / difference
     assert row[-1] == "16"  # every cell filled on both sides
+
+
+def test_a_folder_without_matrices_is_a_one_line_error(tmp_path):
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "driftmatrix", "recommend", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip() == f"error: {tmp_path}: no drift-matrix JSON files found (run `driftmatrix matrices` first)"

@@ -104,5 +104,7 @@ def load_folder(path: str | Path) -> dict[str, DriftMatrices]:
             m = from_dict(d)
             out[m.model] = m
     if not out:
-        raise FileNotFoundError(f"{path}: no drift-matrix JSON files found")
+        from driftmatrix.data.table import DataError
+
+        raise DataError(f"{path}: no drift-matrix JSON files found (run `driftmatrix matrices` first)")
     return dict(sorted(out.items()))

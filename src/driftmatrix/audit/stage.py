@@ -18,6 +18,7 @@ import pandas as pd
 from driftmatrix.audit import drift, figures, report
 from driftmatrix.audit.slices import Slices, axis_names, counts_by_slice, label_levels, load_slices
 from driftmatrix.config import ConfigError
+from driftmatrix.data.table import DataError
 
 
 @dataclass(frozen=True)
@@ -104,7 +105,7 @@ def load_model_matrices(matrices_dir: Path, labels: list[str]) -> list[dict[str,
         return []
     try:
         found = matrixfile.load_folder(matrices_dir)
-    except FileNotFoundError:
+    except DataError:  # no matrices yet: the audit draws data drift alone
         return []
     out = []
     for name, mm in found.items():

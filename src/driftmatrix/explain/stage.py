@@ -35,6 +35,7 @@ from typing import Any, Iterator, Mapping
 import numpy as np
 
 from driftmatrix.config import ConfigError, Params
+from driftmatrix.data.table import DataError
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
     found = [(s, exp.plan.unit(s, cutoff).key) for s in exp.plan.seeds]
     found = [(s, k, (run_ids or {}).get(k)) for s, k in found if store.done(k)]
     if not found:
-        raise FileNotFoundError(f"saliency: no finished checkpoint of {exp.spec.name} at cutoff "
+        raise DataError(f"saliency: no finished checkpoint of {exp.spec.name} at cutoff "
                                 f"{exp.labels[cutoff]} in {checkpoints_dir} (run `driftmatrix train` first)")
     return found
 
