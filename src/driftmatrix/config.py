@@ -20,6 +20,18 @@ class ConfigError(ValueError):
     """A parameter file or section is invalid; the message names the file and key."""
 
 
+# Bounds of numeric keys, as dataclass field metadata: checked by :func:`build` (None passes).
+def _bound(test, text: str) -> dict[str, Any]:
+    return {"bound": (test, text)}
+
+
+POSITIVE = _bound(lambda v: v > 0, "> 0")
+AT_LEAST_1 = _bound(lambda v: v >= 1, ">= 1")
+NON_NEGATIVE = _bound(lambda v: v >= 0, ">= 0")
+FRACTION = _bound(lambda v: 0 < v < 1, "between 0 and 1, both excluded")
+DROP_RATE = _bound(lambda v: 0 <= v < 1, "in [0, 1)")
+
+
 @dataclass(frozen=True)
 class DatasetConfig:
     name: str = "synthetic-yearbook"
@@ -34,33 +46,33 @@ class SyntheticConfig:
     scenario: str = "fading-cue"
     seed: int = 0
     first_year: int = 1950
-    years: int = 20
-    per_year: int = 60
-    size: int = 32
-    span: int = 20  # years over which the drift schedule runs; fixed, so appending years keeps earlier ones
+    years: int = field(default=20, metadata=AT_LEAST_1)
+    per_year: int = field(default=60, metadata=AT_LEAST_1)
+    size: int = field(default=32, metadata=AT_LEAST_1)
+    span: int = field(default=20, metadata=AT_LEAST_1)  # years over which the drift schedule runs; fixed, so appending years keeps earlier ones
 
 
 @dataclass(frozen=True)
 class SlicingConfig:
     period: str = "year"
-    width: int = 1
-    min_samples: int = 20
-    test_fraction: float = 0.3
+    width: int = field(default=1, metadata=AT_LEAST_1)
+    min_samples: int = field(default=20, metadata=AT_LEAST_1)
+    test_fraction: float = field(default=0.3, metadata=FRACTION)
     split_seed: int = 42
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     seeds: tuple[int, ...] = (0, 1)
-    epochs: int = 10
-    batch_size: int = 64
-    lr: float = 5e-4
-    weight_decay: float = 0.0
+    epochs: int = field(default=10, metadata=NON_NEGATIVE)  # 0: no training (the Prior baseline)
+    batch_size: int = field(default=64, metadata=AT_LEAST_1)
+    lr: float = field(default=5e-4, metadata=POSITIVE)
+    weight_decay: float = field(default=0.0, metadata=NON_NEGATIVE)
     device: str = "auto"
-    eval_batch_size: int = 256
-    grad_clip: float | None = None
+    eval_batch_size: int = field(default=256, metadata=AT_LEAST_1)
+    grad_clip: float | None = field(default=None, metadata=POSITIVE)
     optimizer: str = "adam"  # adam | adamw
-    dropout: float | None = None  # None: the model's own default
+    dropout: float | None = field(default=None, metadata=DROP_RATE)  # None: the model's own default
     precision: str = "fp32"  # fp32 | bf16 (mixed-precision autocast) | auto (bf16 where the device has bf16 units)
     window: Any = "cumulative"  # cumulative (the paper) | single | {sliding: N} (units.parse_window)
 
@@ -103,19 +115,43 @@ def build(cls: type, raw: Mapping[str, Any] | None, where: str) -> Any:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
     values = {}
     for name, value in raw.items():
-        if isinstance(value, list):
-            value = tuple(value)
-        if isinstance(value, str) and str(known[name].type).startswith("float"):
-            value = _float(value, f"{where}.{name}")  # YAML reads `1e-04` (as DVC writes it) as text
+        f = known[name]
+        value = _typed(value, str(f.type), f"{where}.{name}")
+        if value is not None and "bound" in f.metadata:
+            test, text = f.metadata["bound"]
+            if not test(value):
+                raise ConfigError(f"{where}.{name}: expected a value {text}, got {value!r}")
         values[name] = value
     return cls(**values)
 
 
-def _float(text: str, where: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise ConfigError(f"{where}: expected a number, got {text!r}") from None
+def _typed(value: Any, kind: str, where: str) -> Any:
+    """``value`` as the field type ``kind`` names (its annotation text), or a ConfigError."""
+    def fail(expected: str):
+        raise ConfigError(f"{where}: expected {expected}, got {value!r}")
+
+    if value is None and kind.endswith("| None"):
+        return None
+    kind = kind.removesuffix(" | None")
+    if kind == "int":
+        return value if isinstance(value, int) and not isinstance(value, bool) else fail("a whole number")
+    if kind == "float":
+        if isinstance(value, str):  # YAML reads `1e-04` (as DVC writes it) as text
+            try:
+                return float(value)
+            except ValueError:
+                fail("a number")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else fail("a number")
+    if kind == "bool":
+        return value if isinstance(value, bool) else fail("true or false")
+    if kind == "str":
+        return value if isinstance(value, str) else fail("text")
+    if kind == "tuple[int, ...]":
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        return tuple(value) if ok else fail("a list of whole numbers, e.g. [0, 1]")
+    if kind.startswith("Mapping"):
+        return value if isinstance(value, Mapping) else fail("a mapping")
+    return tuple(value) if isinstance(value, list) else value  # Any: checked where it is read
 
 
 def to_raw(params: "Params") -> dict[str, Any]:
@@ -155,7 +191,12 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
     if not path.exists():
         raise ConfigError(f"{path}: parameter file not found (run from the repository root)")
     with path.open() as fh:
-        raw = yaml.safe_load(fh) or {}
+        try:
+            raw = yaml.safe_load(fh) or {}
+        except yaml.YAMLError as exc:  # its message gives the line and column
+            raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of sections (dataset:, train:, ...), got {type(raw).__name__}")
     return parse_params(raw, str(path))
 
 

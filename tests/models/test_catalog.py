@@ -4,6 +4,8 @@ import pickle
 import subprocess
 import sys
 
+import pytest
+
 from driftmatrix.models.catalog import IMAGE_SHAPES, TEXT_SHAPES, Builder
 from driftmatrix.models.registry import REGISTRY
 
@@ -26,3 +28,12 @@ def test_catalogue_tables_are_all_registered_and_builders_pickle():
     again = pickle.loads(pickle.dumps(spec.build))  # Ray ships specs to workers
     net = again(2, {})
     assert sum(p.numel() for p in net.parameters()) == sum(p.numel() for p in spec.build(2, {}).parameters())
+
+
+def test_an_unknown_model_name_is_a_config_error_listing_the_known_ones():
+    from driftmatrix.config import ConfigError
+    from driftmatrix.models.registry import get
+
+    with pytest.raises(ConfigError, match=r"^unknown model 'CNN-XL'; known: .*\bCNN-S, .*\bViT-S\b"):
+        get("CNN-XL")
+    assert "CNN-XL" not in REGISTRY and "CNN-S" in REGISTRY  # the mapping itself keeps KeyError semantics

@@ -74,7 +74,13 @@ def register(spec: ModelSpec) -> ModelSpec:
 
 
 def get(name: str) -> ModelSpec:
-    return REGISTRY[name]
+    """The spec of a registered model; for any other name a ConfigError that lists the known ones."""
+    from driftmatrix.config import ConfigError
+
+    try:
+        return REGISTRY[name]
+    except KeyError as exc:
+        raise ConfigError(exc.args[0]) from None
 
 
 def family_of(name: str) -> str | None:
