@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 
 from driftmatrix.pipeline import Paths, prepare
@@ -49,3 +50,20 @@ def test_units_are_trained_largest_first_ties_in_plan_order():
              for seed in (0, 1) for i, window in enumerate([(0,), (0, 1), (1, 2), (1,)])]
     order = [(u.seed, u.cutoff_index) for u in largest_first(units, manifest)]
     assert order == [(0, 1), (1, 1), (0, 0), (1, 0), (0, 2), (1, 2), (0, 3), (1, 3)]
+
+
+def test_device_and_precision_mistakes_are_config_errors_before_any_work(monkeypatch):
+    import torch
+
+    from driftmatrix.config import ConfigError, parse_params
+    from driftmatrix.training import effective_config, resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert resolve_device("auto").type == "cpu" and resolve_device("cpu").type == "cpu"
+    with pytest.raises(ConfigError, match=r"^train.device: 'cuda:1', but torch sees no CUDA GPU here"):
+        resolve_device("cuda:1")
+    with pytest.raises(ConfigError, match=r"^train.device: expected auto, cpu or cuda\[:N\], got 'gpu'$"):
+        resolve_device("gpu")
+    params = parse_params({"models": {"MLP-S": {"precision": "fp16"}}})
+    with pytest.raises(ConfigError, match=r"^models.MLP-S.precision: expected fp32, bf16 or auto, got 'fp16'$"):
+        effective_config(params, "MLP-S")

@@ -18,18 +18,25 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from driftmatrix.config import Params, TrainConfig, build
+from driftmatrix.config import ConfigError, Params, TrainConfig, build
 from driftmatrix.units import ModelPlan, Unit, plan_model, slice_hashes
 
 log = logging.getLogger(__name__)
 
 
 def resolve_device(name: str = "auto"):
+    """``train.device`` as a torch device: ``auto`` is a CUDA GPU when torch sees one, else the CPU."""
     import torch
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"train.device: expected auto, cpu or cuda[:N], got {name!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"train.device: {name!r}, but torch sees no CUDA GPU here (use auto or cpu)")
+    return device
 
 
 def effective_config(params: Params, model: str) -> TrainConfig:
@@ -43,6 +50,8 @@ def effective_config(params: Params, model: str) -> TrainConfig:
     merged = {**asdict(params.train), **dict(spec.train_defaults), **dict(params.models.get(model) or {})}
     cfg = build(TrainConfig, merged, f"models.{model}")
     parse_window(cfg.window, f"models.{model}.window")  # a clear error before any work
+    if cfg.precision not in ("fp32", "bf16", "auto"):
+        raise ConfigError(f"models.{model}.precision: expected fp32, bf16 or auto, got {cfg.precision!r}")
     if cfg.precision == "auto":  # bf16 where the device has bf16 matrix units, else fp32
         from driftmatrix.precision import resolve_precision
 

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from driftmatrix.config import SyntheticConfig
+from driftmatrix.config import ConfigError, SyntheticConfig
 
 CUE = 4  # side of the local texture patch, pixels
 
@@ -52,7 +52,7 @@ def knobs_for(scenario: str) -> DriftKnobs:
     try:
         return SCENARIOS[scenario]
     except KeyError:
-        raise ValueError(f"synthetic.scenario {scenario!r} is not one of {sorted(SCENARIOS)}") from None
+        raise ConfigError(f"synthetic.scenario {scenario!r} is not one of {sorted(SCENARIOS)}") from None
 
 
 def _patterns() -> np.ndarray:
