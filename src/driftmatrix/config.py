@@ -49,7 +49,8 @@ class SyntheticConfig:
     years: int = field(default=20, metadata=AT_LEAST_1)
     per_year: int = field(default=60, metadata=AT_LEAST_1)
     size: int = field(default=32, metadata=AT_LEAST_1)
-    span: int = field(default=20, metadata=AT_LEAST_1)  # years over which the drift schedule runs; fixed, so appending years keeps earlier ones
+    # years over which the drift schedule runs; fixed, so appending years keeps earlier ones
+    span: int = field(default=20, metadata=AT_LEAST_1)
 
 
 @dataclass(frozen=True)

@@ -149,8 +149,8 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     untrained = [u for u in plan.units if not ckpts.done(u.key)]
     if untrained:
         raise DataError(f"{ckpts.dir}: {len(untrained)} of {len(plan.units)} units of {model} have no "
-                                f"checkpoint (first: seed {untrained[0].seed} cutoff {untrained[0].cutoff}); "
-                                f"run `driftmatrix train -m {model}` first")
+                        f"checkpoint (first: seed {untrained[0].seed} cutoff {untrained[0].cutoff}); "
+                        f"run `driftmatrix train -m {model}` first")
     docs = {u.key: scores.read(u.key) for u in plan.units}
     todo = []
     for u in plan.units:

@@ -134,7 +134,7 @@ def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
     found = [(s, k, (run_ids or {}).get(k)) for s, k in found if store.done(k)]
     if not found:
         raise DataError(f"saliency: no finished checkpoint of {exp.spec.name} at cutoff "
-                                f"{exp.labels[cutoff]} in {checkpoints_dir} (run `driftmatrix train` first)")
+                        f"{exp.labels[cutoff]} in {checkpoints_dir} (run `driftmatrix train` first)")
     return found
 
 
