@@ -64,6 +64,5 @@ def test_device_and_precision_mistakes_are_config_errors_before_any_work(monkeyp
         resolve_device("cuda:1")
     with pytest.raises(ConfigError, match=r"^train.device: expected auto, cpu or cuda\[:N\], got 'gpu'$"):
         resolve_device("gpu")
-    params = parse_params({"models": {"MLP-S": {"precision": "fp16"}}})
     with pytest.raises(ConfigError, match=r"^models.MLP-S.precision: expected fp32, bf16 or auto, got 'fp16'$"):
-        effective_config(params, "MLP-S")
+        effective_config(parse_params({"models": {"MLP-S": {"precision": "fp16"}}}), "MLP-S")

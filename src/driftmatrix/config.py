@@ -20,16 +20,22 @@ class ConfigError(ValueError):
     """A parameter file or section is invalid; the message names the file and key."""
 
 
-# Bounds of numeric keys, as dataclass field metadata: checked by :func:`build` (None passes).
+# Allowed values of keys, as dataclass field metadata: checked by :func:`build` (None passes).
 def _bound(test, text: str) -> dict[str, Any]:
     return {"bound": (test, text)}
 
 
-POSITIVE = _bound(lambda v: v > 0, "> 0")
-AT_LEAST_1 = _bound(lambda v: v >= 1, ">= 1")
-NON_NEGATIVE = _bound(lambda v: v >= 0, ">= 0")
-FRACTION = _bound(lambda v: 0 < v < 1, "between 0 and 1, both excluded")
-DROP_RATE = _bound(lambda v: 0 <= v < 1, "in [0, 1)")
+def _one_of(*choices: str) -> dict[str, Any]:
+    return _bound(lambda v: v in choices, f"{', '.join(choices[:-1])} or {choices[-1]}")
+
+
+POSITIVE = _bound(lambda v: v > 0, "a value > 0")
+AT_LEAST_1 = _bound(lambda v: v >= 1, "a value >= 1")
+NON_NEGATIVE = _bound(lambda v: v >= 0, "a value >= 0")
+FRACTION = _bound(lambda v: 0 < v < 1, "a value between 0 and 1, both excluded")
+DROP_RATE = _bound(lambda v: 0 <= v < 1, "a value in [0, 1)")
+#: train.precision: fp32, bf16 (mixed-precision autocast), auto (bf16 where the device has bf16 units)
+PRECISIONS = ("fp32", "bf16", "auto")
 
 
 @dataclass(frozen=True)
@@ -74,7 +80,7 @@ class TrainConfig:
     grad_clip: float | None = field(default=None, metadata=POSITIVE)
     optimizer: str = "adam"  # adam | adamw
     dropout: float | None = field(default=None, metadata=DROP_RATE)  # None: the model's own default
-    precision: str = "fp32"  # fp32 | bf16 (mixed-precision autocast) | auto (bf16 where the device has bf16 units)
+    precision: str = field(default="fp32", metadata=_one_of(*PRECISIONS))
     window: Any = "cumulative"  # cumulative (the paper) | single | {sliding: N} (units.parse_window)
 
 
@@ -121,7 +127,7 @@ def build(cls: type, raw: Mapping[str, Any] | None, where: str) -> Any:
         if value is not None and "bound" in f.metadata:
             test, text = f.metadata["bound"]
             if not test(value):
-                raise ConfigError(f"{where}.{name}: expected a value {text}, got {value!r}")
+                raise ConfigError(f"{where}.{name}: expected {text}, got {value!r}")
         values[name] = value
     return cls(**values)
 

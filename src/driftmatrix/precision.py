@@ -11,9 +11,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from driftmatrix.config import PRECISIONS
+
 log = logging.getLogger(__name__)
 
-PRECISIONS = ("auto", "fp32", "bf16")
 # /proc/cpuinfo flags of x86 bf16 matrix units (Intel Sapphire Rapids+, AMD Zen 4+)
 CPU_BF16_FLAGS = frozenset({"amx_bf16", "avx512_bf16"})
 CPUINFO = Path("/proc/cpuinfo")
