@@ -236,11 +236,14 @@ def matrices(repo: Repo) -> dict[str, list]:
 def plan_keys(repo: Repo) -> dict[str, list[str]]:
     """Unit keys of the current plan per model (driftmatrix's own planner on the repo's slices)."""
     from driftmatrix.config import parse_params
-    from driftmatrix.training import model_plan
+    from driftmatrix.training import model_plan, recorded_environment
 
     params = parse_params(yaml.safe_load((repo.work / "params.yaml").read_text()))
     manifest = json.loads((repo.work / "outputs" / "slices" / "manifest.json").read_text())
-    return {m: [u.key for u in model_plan(params, m, manifest).units] for m in repo.cfg.models}
+    ckpts = repo.work / "outputs" / "checkpoints"
+    return {m: [u.key for u in model_plan(params, m, manifest,
+                                          recorded_environment(params, m, ckpts, resolve_if_missing=True)).units]
+            for m in repo.cfg.models}
 
 
 def inprocess_reference(repo: Repo, out: Path) -> dict[str, list]:

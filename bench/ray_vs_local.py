@@ -81,13 +81,13 @@ def run_one(params, slices: Path, out: Path, executor) -> dict:
     t = {"train_units": 0, "train_wall": 0.0, "unit_seconds": 0.0, "sync": 0.0, "eval_units": 0, "eval_wall": 0.0}
     for model in params.models:
         exp = training.Experiment(params, model, slices, out / "features")
-        store = training.CheckpointStore(out / "checkpoints", model)
+        store = checkpoints.CheckpointStore(out / "checkpoints", model)
         todo = [u for u in exp.plan.units if not store.done(u.key)]
         recipe = training.ExperimentRecipe.of(params, model, slices, out / "features")
         t0 = time.perf_counter()
         done = training.train_units(exp, store, todo, executor, recipe)
         t1 = time.perf_counter()
-        training.sync(params, exp, store)
+        evaluation.sync(params, exp, store)
         t2 = time.perf_counter()
         t["train_units"] += len(done)
         t["train_wall"] += t1 - t0

@@ -10,7 +10,10 @@ from driftmatrix import matrices
 from driftmatrix.config import parse_params
 from driftmatrix.data.table import DataError, DatasetMeta
 from driftmatrix.evaluation import ScoreStore
+from driftmatrix.provenance import Environment
 from driftmatrix.training import model_plan
+
+ENV = Environment("fp32", "cpu", 1, {"torch": "t", "numpy": "n"})
 
 SLICES = ["2014-H1", "2014-H2", "2015-H1", "2015-H2"]
 META = DatasetMeta(name="toy", task="binary", input_kind="image", class_names=("F", "M"))
@@ -34,9 +37,10 @@ def _matrix(diag, step):
 
 def write_scores(root, params, manifest, model, seed_diag, step, hole=None):
     """Score documents of ``model`` as the evaluate stage writes them (every cell of its plan)."""
-    plan = model_plan(params, model, manifest)
+    plan = model_plan(params, model, manifest, ENV)
     hashes = [s["hash"] for s in manifest["slices"]]
     store = ScoreStore(root, model)
+    store.write_environment(ENV.to_dict())  # as the evaluate stage records it
     for unit in plan.units:
         if unit.seed not in seed_diag:
             continue

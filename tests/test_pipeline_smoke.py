@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from driftmatrix import training
+from driftmatrix import checkpoints, training
 from driftmatrix.pipeline import Paths, run_all, train_and_evaluate
 from driftmatrix.tracking import configure, load_registered
 
@@ -110,7 +110,7 @@ def test_rerun_skips_finished_work_and_redoes_a_killed_unit(finished, caplog):
     # Simulate a unit killed half-way: its record is gone and a RUNNING run was left behind.
     exp = training.Experiment(params, "MLP-S", paths.slices)
     unit = exp.plan.unit(1, 2)
-    store = training.CheckpointStore(paths.checkpoints, "MLP-S")
+    store = checkpoints.CheckpointStore(paths.checkpoints, "MLP-S")
     weights = store.folder(unit.key) / store.WEIGHTS
     original = weights.read_bytes()
     (store.folder(unit.key) / store.RECORD).unlink()

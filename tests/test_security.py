@@ -2,7 +2,7 @@
 
 - A crafted pickle in the artifact store or a checkpoint folder (in place of ``model.safetensors``,
   or beside it as ``model.pth`` / ``data/model.pth`` with an MLflow ``MLmodel``) is never executed by
-  ``tracking.load_registered``, ``training.load_model_folder`` or ``CheckpointStore.load_state``.
+  ``tracking.load_registered``, ``checkpoints.load_model_folder`` or ``CheckpointStore.load_state``.
 - Local encoder weight files of ``embed.sources`` (timm's architectures, EfficientNet-Lite0, a
   Hugging Face folder) are read without unpickling arbitrary objects.
 - Every load under ``src/`` is safe by construction (an AST audit: ``torch.load`` only with
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from driftmatrix import tracking, training
+from driftmatrix import checkpoints, tracking, training
 from driftmatrix.features import encoders
 from driftmatrix.pipeline import Paths, prepare, train_and_evaluate
 
@@ -91,23 +91,23 @@ def plant_beside(folder: Path, marker: Path) -> None:
 
 def test_a_crafted_pickle_in_a_checkpoint_folder_is_never_executed(registered, tmp_path):
     _, _, paths = registered
-    store = training.CheckpointStore(paths.checkpoints, "MLP-S")
+    store = checkpoints.CheckpointStore(paths.checkpoints, "MLP-S")
     key = store.keys()[0]
     folder = tmp_path / "ckpt" / "MLP-S" / key
     folder.parent.mkdir(parents=True)
     import shutil
 
     shutil.copytree(store.folder(key), folder)
-    copy = training.CheckpointStore(tmp_path / "ckpt", "MLP-S")
+    copy = checkpoints.CheckpointStore(tmp_path / "ckpt", "MLP-S")
     marker = tmp_path / "pwned"
 
     plant_beside(folder, marker)  # extra files are ignored: the weights still load
-    assert training.load_model_folder(folder) is not None and copy.load_state(key)
+    assert checkpoints.load_model_folder(folder) is not None and copy.load_state(key)
     crafted(folder / "model.safetensors", marker)  # the weights themselves replaced by a pickle
     with pytest.raises(Exception, match=r"(?i)header|safetensor|deserializ"):
         copy.load_state(key)
     with pytest.raises(Exception, match=r"(?i)header|safetensor|deserializ"):
-        training.load_model_folder(folder)
+        checkpoints.load_model_folder(folder)
     assert not marker.exists()
 
 

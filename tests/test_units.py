@@ -5,6 +5,7 @@ import pytest
 
 from driftmatrix.config import ConfigError, TrainConfig, replace
 from driftmatrix.training import window_train_rows
+from driftmatrix.provenance import Environment
 from driftmatrix.units import Window, parse_window, plan_model
 
 IDENTITY = {"model": "MLP-S", "description": "mlp"}
@@ -14,8 +15,12 @@ def slices(*hashes, start=1950):
     return [{"label": str(start + k), "hash": h} for k, h in enumerate(hashes)]
 
 
-def keys(cfg, sl, identity=IDENTITY):
-    return {(u.seed, u.cutoff): u.key for u in plan_model("d", "MLP-S", "MLP", identity, cfg, sl).units}
+ENV = {"precision": "fp32", "device": "cpu", "threads": 1, "libraries": {"torch": "2.14.1", "numpy": "2.4.6"}}
+
+
+def keys(cfg, sl, identity=IDENTITY, **keyed):
+    keyed = {"code": "c0", "env": ENV, **keyed}
+    return {(u.seed, u.cutoff): u.key for u in plan_model("d", "MLP-S", "MLP", identity, cfg, sl, **keyed).units}
 
 
 def test_appending_a_slice_changes_no_earlier_unit_and_adds_one_per_seed():
@@ -37,8 +42,7 @@ def test_settings_that_do_not_change_numbers_do_not_change_keys():
     for cfg in same:
         k = keys(cfg, slices("a", "b"))
         assert all(k[s] == v for s, v in keys(base, slices("a", "b")).items() if s in k)
-    for cfg in (replace(base, epochs=3), replace(base, lr=1e-3), replace(base, precision="bf16"),
-                replace(base, window="single")):
+    for cfg in (replace(base, epochs=3), replace(base, lr=1e-3)):
         assert set(keys(cfg, slices("a", "b")).values()).isdisjoint(keys(base, slices("a", "b")).values())
     assert set(keys(base, slices("a", "b"), {**IDENTITY, "description": "wider"}).values()).isdisjoint(
         keys(base, slices("a", "b")).values())
@@ -76,3 +80,31 @@ def test_bad_windows_are_named_errors(value):
     with pytest.raises(ConfigError, match="window"):
         parse_window(value)
     assert parse_window("sliding-4") == Window("sliding", 4) == parse_window({"sliding": 4})
+
+
+def test_the_window_is_keyed_by_the_rows_it_spans_not_by_its_name():
+    """cumulative -> {sliding: 5}: cutoffs 0-4 train on identical rows, so they keep their keys."""
+    sl = slices(*"abcdefgh")
+    cumulative, sliding = keys(TrainConfig(seeds=(0,)), sl), keys(TrainConfig(seeds=(0,), window={"sliding": 5}), sl)
+    assert [c for (_, c), k in cumulative.items() if sliding[(0, c)] == k] == [str(1950 + i) for i in range(5)]
+
+
+def test_code_and_environment_key_units_but_hardware_does_not():
+    base = keys(TrainConfig(seeds=(0,)), slices("a", "b"))
+    changed = [{"code": "c1"}, {"env": {**ENV, "precision": "bf16"}}, {"env": {**ENV, "device": "cuda", "threads": None}},
+               {"env": {**ENV, "threads": 2}}, {"env": {**ENV, "libraries": {"torch": "2.13.0", "numpy": "2.4.6"}}}]
+    for change in changed:
+        assert set(keys(TrainConfig(seeds=(0,)), slices("a", "b"), **change).values()).isdisjoint(base.values()), change
+    env = Environment.from_dict({**ENV, "hardware": "x86_64 AVX512"})
+    assert keys(TrainConfig(seeds=(0,)), slices("a", "b"), env=env.keyed()) == base
+
+
+def test_cells_key_by_how_they_are_scored():
+    def cell_keys(scoring):
+        plan = plan_model("d", "MLP-S", "MLP", IDENTITY, TrainConfig(seeds=(0,)), slices("a", "b"), scoring=scoring)
+        return {c.key for c in plan.cells(plan.unit(0, 1), ["a", "b"])}
+
+    base = cell_keys({"metric": "accuracy", "format": 1, "code": "s0"})
+    for other in ({"metric": "auc", "format": 1, "code": "s0"}, {"metric": "accuracy", "format": 2, "code": "s0"},
+                  {"metric": "accuracy", "format": 1, "code": "s1"}):
+        assert cell_keys(other).isdisjoint(base)

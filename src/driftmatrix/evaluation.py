@@ -6,8 +6,10 @@ Cells are keyed by their unit and slice j's content (``driftmatrix.units``): app
 scores old checkpoints on the new slice only. Each cell is predicted on its own rows in its own
 batches, so its score is the same whichever other cells are scored alongside it.
 
-Scores live in ``<scores>/<model>/<unit key>.json``: the unit, its cells by key, and which
-cells were last attached to which MLflow run.
+Scores live in ``<scores>/<model>/<unit key>.json``: the unit, the digest of the weights its
+cells came from (a unit retrained under its key is scored afresh), its cells by key, and which
+cells were last attached to which MLflow run. The environment the train stage recorded is copied
+beside them, so the matrices stage keys cells exactly as they were scored.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from driftmatrix.checkpoints import ENVIRONMENT, CheckpointStore, read_json, write_json
 from driftmatrix.config import Params
 from driftmatrix.data.table import DataError
 from driftmatrix.units import Cell, ModelPlan, Unit
@@ -53,7 +56,8 @@ def row_summary(values: list[float | None], cutoff: int) -> dict[str, float]:
 
 
 class ScoreStore:
-    """``<root>/<model>/<unit key>.json``: the scored cells of one unit (written atomically)."""
+    """``<root>/<model>/<unit key>.json``: the scored cells of one unit (fsynced, renamed into
+    place; a file cut short reads as no cells), and ``environment.json``."""
 
     def __init__(self, root: str | Path, model: str):
         self.dir = Path(root) / model
@@ -62,17 +66,22 @@ class ScoreStore:
         return self.dir / f"{key}.json"
 
     def read(self, key: str) -> dict[str, Any]:
-        p = self.path(key)
-        return json.loads(p.read_text()) if p.exists() else {"cells": {}, "logged": {}}
+        doc = read_json(self.path(key))
+        return doc if isinstance(doc, dict) and isinstance(doc.get("cells"), dict) else {"cells": {}, "logged": {}}
 
     def write(self, key: str, doc: Mapping[str, Any]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.path(key).with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(doc, indent=1))
-        tmp.replace(self.path(key))
+        write_json(self.path(key), doc)
 
     def keys(self) -> list[str]:
-        return sorted(p.stem for p in self.dir.glob("*.json")) if self.dir.exists() else []
+        return sorted(p.stem for p in self.dir.glob("*.json") if p.name != ENVIRONMENT) if self.dir.exists() else []
+
+    def write_environment(self, env: Mapping[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json(self.dir / ENVIRONMENT, env)
+
+    def environment(self) -> dict[str, Any] | None:
+        return read_json(self.dir / ENVIRONMENT)
 
 
 def current_row(plan: ModelPlan, unit: Unit, hashes: Sequence[str], cells: Mapping[str, Any]) -> dict[str, list]:
@@ -112,10 +121,15 @@ class EvalBatches:
 
 
 def score_task(exp, item: tuple[Unit, list[Cell], str]) -> dict[str, dict[str, Any]]:
-    """Worker side: load one checkpoint and score the given cells on their own rows."""
-    from driftmatrix.training import CheckpointStore, predict
+    """Worker side: check the cells' keys, load one checkpoint and score the cells on their own rows."""
+    from driftmatrix.training import predict
+    from driftmatrix.units import slice_hashes
 
     unit, cells, checkpoints_dir = item
+    ours = {c.key for c in exp.plan.cells(unit, slice_hashes(exp.manifest))}
+    if any(c.key not in ours for c in cells):
+        raise RuntimeError(f"{unit.model} seed {unit.seed} cutoff {unit.cutoff}: this worker's code, data or "
+                           f"environment keys the cells of unit {unit.key} differently from the driver")
     model = exp.load_unit(CheckpointStore(checkpoints_dir, unit.model), unit.key)
     categories = tuple(c.removeprefix("label_") for c in exp.meta.label_columns)
     if exp.eval_batches is None:  # each executor's own context keeps its own
@@ -135,15 +149,17 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     """Score the plan's missing cells of ``model``; attach each changed row to its unit's run."""
     from driftmatrix.executor import make_executor, runtime_config
     from driftmatrix.tracking import configure_in_background
-    from driftmatrix.training import (WORKER_MODULES, CheckpointStore, Experiment, ExperimentInfo,
-                                      ExperimentRecipe, start_workers, sync)
+    from driftmatrix.training import (WORKER_MODULES, Experiment, ExperimentInfo, ExperimentRecipe,
+                                      recorded_environment, start_workers)
     from driftmatrix.units import slice_hashes
 
-    # Scoring in worker processes: this process never imports torch and sets MLflow up meanwhile.
-    in_workers = start_workers(params, model, (*WORKER_MODULES, __name__))
+    env = recorded_environment(params, model, checkpoints_dir)
+    # Scoring in CPU worker processes: this process never imports torch and sets MLflow up meanwhile.
+    # GPU units are scored in this process (one CUDA context, not one per CPU).
+    in_workers = env.device == "cpu" and start_workers(params, model, (*WORKER_MODULES, __name__))
     mlflow_ready = configure_in_background(params.tracking)
-    exp = ExperimentInfo(params, model, slices_dir) if in_workers else Experiment(params, model, slices_dir,
-                                                                                  features_dir)
+    exp = ExperimentInfo(params, model, slices_dir, env) if in_workers else \
+        Experiment(params, model, slices_dir, features_dir, env)
     plan, hashes = exp.plan, slice_hashes(exp.manifest)
     ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(out_dir, model)
     untrained = [u for u in plan.units if not ckpts.done(u.key)]
@@ -151,7 +167,8 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
         raise DataError(f"{ckpts.dir}: {len(untrained)} of {len(plan.units)} units of {model} have no "
                         f"checkpoint (first: seed {untrained[0].seed} cutoff {untrained[0].cutoff}); "
                         f"run `driftmatrix train -m {model}` first")
-    docs = {u.key: scores.read(u.key) for u in plan.units}
+    scores.write_environment(env.to_dict())
+    docs = {u.key: current_doc(scores.read(u.key), ckpts.weights_digest(u.key)) for u in plan.units}
     todo = []
     for u in plan.units:
         missing = [c for c in plan.cells(u, hashes) if c.key not in docs[u.key]["cells"]]
@@ -160,7 +177,7 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     n_cells = sum(len(m) for _, m, _ in todo)
     log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes), n_cells,
              len(todo))
-    recipe = ExperimentRecipe.of(params, model, slices_dir, features_dir)
+    recipe = ExperimentRecipe.of(params, model, slices_dir, features_dir, env)
     for (unit, _, _), cells in make_executor(runtime_config(params)).map(
             score_task, recipe, todo, model=model, label="evaluate", context=None if in_workers else exp):
         doc = docs[unit.key]
@@ -177,6 +194,28 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     if written:
         log.info("%s: %d drift-matrix rows attached to their MLflow runs", plan.model, len(written))
     return written
+
+
+def current_doc(doc: dict[str, Any], weights_digest: str) -> dict[str, Any]:
+    """A unit's score doc, emptied when its cells came from other weights than the checkpoint's
+    (the unit was retrained under the same key): then every cell is scored and attached afresh."""
+    if doc.get("weights_digest") != weights_digest:
+        if doc.get("cells"):
+            log.info("scores of unit %s came from other weights: scored afresh", doc.get("unit", {}).get("key"))
+        doc = {"cells": {}, "logged": {}, "weights_digest": weights_digest}
+    return doc
+
+
+def sync(params: Params, exp, store: CheckpointStore, rows=None) -> dict[str, str]:
+    """MLflow runs, registry versions and aliases for every finished unit of the plan; ``rows``:
+    the drift-matrix row a run created now carries (``tracking.RowFor``)."""
+    from driftmatrix import tracking
+
+    finished = [u for u in exp.plan.units if store.done(u.key)]
+    extra = {"data_version": exp.manifest["data_version"]}
+    return tracking.sync_units(params.tracking, exp.dataset, exp.spec.name,
+                               [store.record(u.key) for u in finished],
+                               {u.key: store.folder(u.key) for u in finished}, extra, row=rows)
 
 
 def row_record(exp, unit: Unit, row: Mapping[str, list], run_id: str | None) -> dict[str, Any]:

@@ -59,22 +59,28 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
                "precision": precision, "missing_cells": missing})
 
 
-def read_model(params: Params, model: str, manifest: Mapping[str, Any], scores_dir: str | Path) -> DriftMatrices:
-    """One model's matrices from the scores of its current plan; other score files are stale."""
+def read_model(params: Params, model: str, manifest: Mapping[str, Any],
+               scores_dir: str | Path) -> DriftMatrices | None:
+    """One model's matrices from the scores of its current plan; other score files are stale.
+    The plan is keyed with the environment the evaluate stage recorded (None: nothing scored)."""
     from driftmatrix.data.table import DatasetMeta
     from driftmatrix.evaluation import ScoreStore
+    from driftmatrix.provenance import Environment
     from driftmatrix.tasks import metric_for
-    from driftmatrix.training import effective_config, model_plan
+    from driftmatrix.training import model_plan
     from driftmatrix.units import slice_hashes
 
-    plan = model_plan(params, model, manifest)
     store = ScoreStore(scores_dir, model)
+    recorded = store.environment()
+    if recorded is None:
+        return None
+    env = Environment.from_dict(recorded)
+    plan = model_plan(params, model, manifest, env)
     current = {u.key for u in plan.units}
     docs = {k: store.read(k) for k in current}
     stale = len(set(store.keys()) - current)
     metric = metric_for(DatasetMeta.from_dict(manifest["dataset"]).task)
-    m = assemble(plan, slice_hashes(manifest), docs, metric, params.dataset.name,
-                 effective_config(params, model).precision)
+    m = assemble(plan, slice_hashes(manifest), docs, metric, params.dataset.name, env.precision)
     m.extra["stale"] = stale
     if m.extra["missing_cells"]:
         log.warning("matrices: %s has %d unscored cells of %d (run `driftmatrix evaluate -m %s`); left empty",
@@ -93,7 +99,7 @@ def read_scores(params: Params, slices_dir: str | Path, scores_dir: str | Path) 
     out = {}
     for name in params.models:
         m = read_model(params, name, manifest, scores_dir)
-        if np.isnan(m.seed_values).all():
+        if m is None or np.isnan(m.seed_values).all():
             log.warning("matrices: no scored cells for %s under %s; left out", name, scores_dir)
             continue
         out[name] = m

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from driftmatrix.config import PRECISIONS
+from driftmatrix.config import PRECISIONS, ConfigError
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,21 @@ def has_bf16_units(device) -> bool:
     if kind == "cuda":
         return cuda_has_bf16()
     return False
+
+
+def resolve_device(name: str = "auto"):
+    """``train.device`` as a torch device: ``auto`` is a CUDA GPU when torch sees one, else the CPU."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise ConfigError(f"train.device: expected auto, cpu or cuda[:N], got {name!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"train.device: {name!r}, but torch sees no CUDA GPU here (use auto or cpu)")
+    return device
 
 
 def resolve_precision(requested: str, device) -> str:

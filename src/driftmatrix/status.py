@@ -82,19 +82,23 @@ def read_status(params: Params, slices_dir: str | Path, checkpoints_dir: str | P
     """The status of every configured model from the slices manifest and the files on disk."""
     from driftmatrix.evaluation import ScoreStore
     from driftmatrix.slicing import read_manifest
-    from driftmatrix.training import CheckpointStore, model_plan
+    from driftmatrix.checkpoints import CheckpointStore
+    from driftmatrix.training import model_plan, recorded_environment
     from driftmatrix.units import slice_hashes
 
     manifest = read_manifest(slices_dir)
     hashes = slice_hashes(manifest)
     out = []
     for model in params.models:
-        plan = model_plan(params, model, manifest)
+        # keyed as the train stage keyed them; before any training, as it would on this machine
+        env = recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True)
+        plan = model_plan(params, model, manifest, env)
         ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(scores_dir, model)
         trained = {}
         for key in ckpts.keys():
-            unit = ckpts.record(key)["unit"]
-            trained[key] = (str(unit["cutoff"]), int(unit["seed"]))
+            record = ckpts.read_record(key)
+            if record is not None:
+                trained[key] = (str(record["unit"]["cutoff"]), int(record["unit"]["seed"]))
         scored = {u.key: set(scores.read(u.key)["cells"]) for u in plan.units}
         out.append(model_status(plan, trained, scored, hashes))
     return out

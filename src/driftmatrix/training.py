@@ -1,10 +1,12 @@
 """Train stage: a fresh model per unit (model, cutoff i, seed) on the train splits of its window.
 
-The plan (``driftmatrix.units``) names the units of the current configuration by what they
-read; a unit whose checkpoint folder is complete is done, whatever else changed. Workers (this
-process, or Ray tasks through ``driftmatrix.executor``) train and return weights; only this
-driver writes checkpoints, atomically, and then syncs MLflow from them in one pass, so a kill
-at any moment loses at most the units in flight.
+The plan (``driftmatrix.units``) names the units of the current configuration by what made
+their numbers: data, settings, code and environment (``driftmatrix.provenance``); a unit whose
+checkpoint folder is complete is done. The driver resolves the environment once and records it
+beside the checkpoints; workers (this process, or Ray tasks through ``driftmatrix.executor``)
+check that they compute the key they were handed, train and return weights; only this driver
+writes checkpoints (``driftmatrix.checkpoints``), so a kill at any moment loses at most the
+units in flight. MLflow is the evaluate stage's business: this module never imports it.
 """
 
 from __future__ import annotations
@@ -18,30 +20,20 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from driftmatrix.checkpoints import CheckpointStore
 from driftmatrix.config import ConfigError, Params, TrainConfig, build
+from driftmatrix.precision import resolve_device
+from driftmatrix.provenance import Environment
 from driftmatrix.units import ModelPlan, Unit, plan_model, slice_hashes
 
 log = logging.getLogger(__name__)
 
 
-def resolve_device(name: str = "auto"):
-    """``train.device`` as a torch device: ``auto`` is a CUDA GPU when torch sees one, else the CPU."""
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise ConfigError(f"train.device: expected auto, cpu or cuda[:N], got {name!r}") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"train.device: {name!r}, but torch sees no CUDA GPU here (use auto or cpu)")
-    return device
-
-
 def effective_config(params: Params, model: str) -> TrainConfig:
-    """``train`` < the model spec's own defaults (e.g. lr 1e-4 for frozen heads) < ``models.<name>``,
-    with ``precision: auto`` resolved for this machine (the resolved value keys the units)."""
+    """``train`` < the model spec's own defaults (e.g. lr 1e-4 for frozen heads) < ``models.<name>``.
+
+    ``precision`` and ``device`` stay as asked (``auto`` included): the train stage resolves them
+    once into the model's :class:`~driftmatrix.provenance.Environment`."""
     from driftmatrix.models.registry import get
 
     from driftmatrix.units import parse_window
@@ -50,11 +42,37 @@ def effective_config(params: Params, model: str) -> TrainConfig:
     merged = {**asdict(params.train), **dict(spec.train_defaults), **dict(params.models.get(model) or {})}
     cfg = build(TrainConfig, merged, f"models.{model}")
     parse_window(cfg.window, f"models.{model}.window")  # a clear error before any work
-    if cfg.precision == "auto":  # bf16 where the device has bf16 matrix units, else fp32
-        from driftmatrix.precision import resolve_precision
-
-        cfg = replace(cfg, precision=resolve_precision(cfg.precision, resolve_device(cfg.device)))
+    repeated = sorted({s for s in cfg.seeds if list(cfg.seeds).count(s) > 1})
+    if repeated:
+        raise ConfigError(f"params.yaml: models.{model}.seeds (or train.seeds): seed {repeated[0]} is listed "
+                          f"twice; each seed is one run of every cutoff")
     return cfg
+
+
+def resolve_environment(params: Params, model: str) -> Environment:
+    """This model's environment, resolved once by the driver of the train stage."""
+    from driftmatrix.executor import runtime_config, unit_threads
+    from driftmatrix.provenance import resolve_environment as resolve
+
+    cfg, runtime = effective_config(params, model), runtime_config(params)
+    res = runtime.resources_for(model)
+    return resolve(cfg.precision, cfg.device, unit_threads(res),
+                   remote_gpus=runtime.executor == "ray" and res.num_gpus > 0)
+
+
+def recorded_environment(params: Params, model: str, checkpoints_dir: str | Path,
+                         resolve_if_missing: bool = False) -> Environment:
+    """The environment the train stage recorded for ``model``; before any training, this machine's
+    (``resolve_if_missing``) or a one-line error."""
+    from driftmatrix.data.table import DataError
+
+    raw = CheckpointStore(checkpoints_dir, model).environment()
+    if raw is not None:
+        return Environment.from_dict(raw)
+    if resolve_if_missing:
+        return resolve_environment(params, model)
+    raise DataError(f"{Path(checkpoints_dir) / model}: no recorded environment; run `driftmatrix train -m {model}` "
+                    f"first")
 
 
 def cutoff_train_rows(slice_ids: np.ndarray, split: np.ndarray, cutoff: int) -> np.ndarray:
@@ -152,14 +170,21 @@ def predict(model, inputs, batch_size: int = 1024, precision: str = "fp32",
 
 
 
-def model_plan(params: Params, model: str, manifest: Mapping[str, Any]) -> ModelPlan:
-    """Every unit of ``model`` under ``params`` and the slices ``manifest`` (no data loaded):
-    what the train, evaluate, status and matrices stages agree on."""
+def model_plan(params: Params, model: str, manifest: Mapping[str, Any], env: Environment,
+               code: str | None = None) -> ModelPlan:
+    """Every unit of ``model`` under ``params``, the slices ``manifest`` and the environment ``env``
+    (no data loaded): what the train, evaluate, status and matrices stages agree on. ``code``:
+    the digest of the training path (default: this checkout's, ``provenance.train_code``)."""
     from driftmatrix.data.table import DatasetMeta
     from driftmatrix.features.cache import encoder_identity
     from driftmatrix.models.registry import get
+    from driftmatrix.provenance import SCORE_CODE, SCORE_FORMAT, code_digest
+    from driftmatrix.tasks import metric_for
 
     spec, meta = get(model), DatasetMeta.from_dict(manifest["dataset"])
+    code = code if code is not None else unit_code_digest(spec)
+    metric = metric_for(meta.task)
+    scoring = {"metric": metric.key, "format": SCORE_FORMAT, "code": code_digest(SCORE_CODE)}
     identity = {"model": spec.name, "family": spec.family, "inputs": spec.inputs, "encoder": spec.encoder or "",
                 "description": spec.description, "task": meta.task, "outputs": meta.num_outputs,
                 "features": encoder_identity(spec.inputs, spec.encoder, params.extra.get("embed"))}
@@ -167,7 +192,14 @@ def model_plan(params: Params, model: str, manifest: Mapping[str, Any]) -> Model
         identity["revision"] = spec.revision
     slice_hashes(manifest)  # a clear error for slices written before content hashes existed
     return plan_model(params.dataset.name, model, spec.family, identity, effective_config(params, model),
-                      manifest["slices"])
+                      manifest["slices"], code=code, env=env.keyed(), scoring=scoring)
+
+
+def unit_code_digest(spec) -> str:
+    """Digest of the modules on ``spec``'s training path, as this checkout holds them."""
+    from driftmatrix.provenance import code_digest, train_code
+
+    return code_digest(train_code(spec.build.module, bool(spec.encoder)))
 
 
 class ExperimentInfo:
@@ -175,15 +207,15 @@ class ExperimentInfo:
     labels, targets), metric and plan. Enough to plan, record and track; :class:`Experiment` adds
     the inputs and the device for computing."""
 
-    def __init__(self, params: Params, model: str, slices_dir: str | Path):
+    def __init__(self, params: Params, model: str, slices_dir: str | Path, env: Environment):
         from driftmatrix.data.table import DatasetMeta
         from driftmatrix.models.registry import get
         from driftmatrix.slicing import load_slices
         from driftmatrix.tasks import metric_for, targets_array
 
-        self.params = params
+        self.params, self.env = params, env
         self.spec = get(model)
-        self.cfg = effective_config(params, model)
+        self.cfg = replace(effective_config(params, model), precision=env.precision)
         rows, self.manifest, _ = load_slices(slices_dir)
         self.meta = DatasetMeta.from_dict(self.manifest["dataset"])
         self.metric = metric_for(self.meta.task)
@@ -195,7 +227,7 @@ class ExperimentInfo:
         self.plan = self.make_plan()
 
     def make_plan(self) -> ModelPlan:
-        return model_plan(self.params, self.spec.name, self.manifest)
+        return model_plan(self.params, self.spec.name, self.manifest, self.env)
 
 
 class Experiment(ExperimentInfo):
@@ -203,13 +235,19 @@ class Experiment(ExperimentInfo):
     inputs on the device."""
 
     def __init__(self, params: Params, model: str, slices_dir: str | Path,
-                 features_dir: str | Path = "outputs/features"):
+                 features_dir: str | Path = "outputs/features", env: Environment | None = None):
+        """``env``: the environment the driver resolved (default: resolve it here)."""
         import torch
 
         from driftmatrix.features.inputs import load_inputs
 
-        super().__init__(params, model, slices_dir)
-        self.device = resolve_device(self.cfg.device)
+        env = env if env is not None else resolve_environment(params, model)
+        super().__init__(params, model, slices_dir, env)
+        asked = effective_config(params, model).device
+        self.device = resolve_device(asked if asked != "auto" else env.device)
+        if self.device.type != env.device:
+            raise ConfigError(f"models.{model}: units are keyed for {env.device} but this process computes on "
+                              f"{self.device.type}")
         self.targets = torch.as_tensor(self.targets_np.copy()).to(self.device)
         self.inputs = load_inputs(self.spec.inputs, slices_dir, features_dir, self.spec.encoder,
                                   params.extra.get("embed")).to(self.device)
@@ -255,70 +293,6 @@ class Experiment(ExperimentInfo):
         return model, losses, len(rows)
 
 
-class CheckpointStore:
-    """``<root>/<model>/<unit key>/``: ``model.safetensors``, ``model.json`` and ``unit.json``.
-
-    ``unit.json`` (the sidecar record) is written last, by rename: its presence means the unit is
-    done. Folders of units outside the current plan stay on disk (they are reused if the
-    configuration comes back) and are counted as stale.
-    """
-
-    WEIGHTS, DESCRIPTION, RECORD = "model.safetensors", "model.json", "unit.json"
-
-    def __init__(self, root: str | Path, model: str):
-        self.dir = Path(root) / model
-
-    def folder(self, key: str) -> Path:
-        return self.dir / key
-
-    def done(self, key: str) -> bool:
-        return (self.folder(key) / self.RECORD).exists() and (self.folder(key) / self.WEIGHTS).exists()
-
-    def record(self, key: str) -> dict[str, Any]:
-        return json.loads((self.folder(key) / self.RECORD).read_text())
-
-    def keys(self) -> list[str]:
-        return sorted(p.parent.name for p in self.dir.glob(f"*/{self.RECORD}")) if self.dir.exists() else []
-
-    def write(self, key: str, state: Mapping[str, Any], description: Mapping[str, Any],
-              record: Mapping[str, Any]) -> Path:
-        from safetensors.torch import save_file
-
-        folder = self.folder(key)
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = folder / (self.WEIGHTS + ".tmp")
-        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp))
-        tmp.replace(folder / self.WEIGHTS)
-        _write_json(folder / self.DESCRIPTION, description)
-        _write_json(folder / self.RECORD, record)
-        return folder
-
-    def load_state(self, key: str, device="cpu") -> dict[str, Any]:
-        from safetensors.torch import load_file
-
-        return load_file(str(self.folder(key) / self.WEIGHTS), device=str(device))
-
-
-def _write_json(path: Path, obj: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj, indent=2))
-    tmp.replace(path)
-
-
-def load_model_folder(folder: str | Path, device: str = "cpu"):
-    """Rebuild a logged model from ``model.json`` and load ``model.safetensors`` (no pickle)."""
-    from safetensors.torch import load_file
-
-    from driftmatrix.models.registry import get
-
-    folder = Path(folder)
-    desc = json.loads((folder / CheckpointStore.DESCRIPTION).read_text())
-    kwargs = {"dropout": desc["dropout"]} if desc.get("dropout") is not None else {}
-    model = get(desc["model"]).build(desc["num_outputs"], desc.get("info") or {}, **kwargs)
-    model.load_state_dict(load_file(str(folder / CheckpointStore.WEIGHTS), device=device))
-    return model.to(device).eval()
-
-
 @dataclass(frozen=True)
 class ExperimentRecipe:
     """A small, picklable description of an :class:`Experiment`: workers build it once each."""
@@ -327,29 +301,56 @@ class ExperimentRecipe:
     model: str
     slices_dir: str
     features_dir: str
+    env_json: str = ""  # the driver's resolved Environment ("": resolve in the worker, as tuning does)
 
     @classmethod
-    def of(cls, params: Params, model: str, slices_dir, features_dir) -> "ExperimentRecipe":
+    def of(cls, params: Params, model: str, slices_dir, features_dir,
+           env: Environment | None = None) -> "ExperimentRecipe":
         from driftmatrix.config import to_raw
 
         return cls(json.dumps(to_raw(params), sort_keys=True), model, str(Path(slices_dir).resolve()),
-                   str(Path(features_dir).resolve()))
+                   str(Path(features_dir).resolve()),
+                   json.dumps(env.to_dict(), sort_keys=True) if env is not None else "")
 
     def build(self) -> Experiment:
         from driftmatrix.config import parse_params
 
+        env = Environment.from_dict(json.loads(self.env_json)) if self.env_json else None
         return Experiment(parse_params(json.loads(self.params_json)), self.model, self.slices_dir,
-                          self.features_dir)
+                          self.features_dir, env)
+
+
+def check_key(exp: Experiment, unit: Unit) -> None:
+    """Raise unless this process computes ``unit`` under the key it was handed: the same code and
+    data (its own plan gives the same key) and the same libraries, device and threads."""
+    import torch
+
+    from driftmatrix.provenance import library_versions
+
+    here = Environment(exp.cfg.precision, exp.device.type,
+                       torch.get_num_threads() if exp.device.type == "cpu" else None, library_versions())
+    problems = exp.env.differences(here)
+    ours = exp.plan.unit(unit.seed, unit.cutoff_index).key if unit.seed in exp.plan.seeds \
+        and unit.cutoff_index < len(exp.plan.labels) else None
+    if ours != unit.key:
+        problems.append(f"its own plan (code, data, settings) keys this unit {ours}")
+    if problems:
+        raise RuntimeError(f"{unit.model} seed {unit.seed} cutoff {unit.cutoff}: this worker would not compute "
+                           f"unit {unit.key} as keyed by the driver: " + "; ".join(problems))
 
 
 def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
-    """Worker side of one unit: train it and return its weights and numbers (writes nothing)."""
+    """Worker side of one unit: check its key, train it and return its weights and numbers (writes
+    nothing), with the hardware that computed it."""
+    from driftmatrix.provenance import hardware
+
+    check_key(exp, unit)
     started = time.time()
     model, losses, n_rows = exp.train_unit(unit)
     ended = time.time()
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     return {"state": state, "losses": losses, "train_rows": n_rows, "started": started, "ended": ended,
-            "seconds": round(ended - started, 3)}
+            "seconds": round(ended - started, 3), "hardware": hardware(exp.device)}
 
 
 def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Mapping[str, Any],
@@ -365,7 +366,9 @@ def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Ma
     params.pop("seeds")
     return {"unit": as_dict(unit), "window": exp.plan.window.name, "params": params, "data": dict(data),
             "losses": result["losses"], "train_rows": result["train_rows"], "started": result["started"],
-            "ended": result["ended"], "seconds": result["seconds"], "tags": dict(tags)}
+            "ended": result["ended"], "seconds": result["seconds"], "tags": dict(tags),
+            "environment": {**exp.env.to_dict(), "hardware": result.get("hardware", exp.env.hardware)},
+            "code_digest": exp.plan.code}
 
 
 def training_data(exp: Experiment, unit: Unit, dvc_hash: str) -> dict[str, Any]:
@@ -399,8 +402,7 @@ def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], 
     for unit, result in executor.map(train_task, recipe, units, model=exp.spec.name, context=exp,
                                      label="train"):
         record = unit_record(exp, unit, result, training_data(exp, unit, dvc_hash), tags)
-        store.write(unit.key, result["state"], description, record)
-        done.append(record)
+        done.append(store.write(unit.key, result["state"], description, record))
         log.info("%s seed %d cutoff %s: %d rows, %d epochs, loss %.4f, %.1f s", unit.model, unit.seed, unit.cutoff,
                  result["train_rows"], exp.cfg.epochs, result["losses"][-1] if result["losses"] else float("nan"),
                  result["seconds"])
@@ -428,33 +430,24 @@ def start_workers(params: Params, model: str, preload: Sequence[str] = WORKER_MO
 def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
         validation_dir: str | Path = "outputs/validation",
         features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
-    """Train every unit of ``model``'s plan that is not done.
+    """Train every unit of ``model``'s plan that is not done, in the environment resolved here
+    (recorded beside the checkpoints for the later stages).
 
     No MLflow here: the evaluate stage makes each unit's run from its checkpoint record together
-    with its drift-matrix row (``sync``), so this process never imports MLflow or opens its store.
+    with its drift-matrix row, so this process never imports MLflow or opens its store.
     """
     from driftmatrix.audit.gate import overridden_checks
 
-    start_workers(params, model)
-    exp = Experiment(params, model, slices_dir, features_dir)
+    start_workers(params, model)  # before torch is imported here; unused if the units run on a GPU
+    env = resolve_environment(params, model)
+    exp = Experiment(params, model, slices_dir, features_dir, env)
     store = CheckpointStore(out_dir, model)
+    store.write_environment(env.to_dict())
     todo = largest_first([u for u in exp.plan.units if not store.done(u.key)], exp.manifest)
     log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(exp.plan.units),
              exp.plan.window.name, len(exp.plan.units) - len(todo), len(todo))
     overrides = overridden_checks(validation_dir)
     tags = {"validation_override": "; ".join(overrides)} if overrides else {}
-    done = train_units(exp, store, todo, recipe=ExperimentRecipe.of(params, model, slices_dir, features_dir),
+    done = train_units(exp, store, todo, recipe=ExperimentRecipe.of(params, model, slices_dir, features_dir, env),
                        tags=tags)
     return done
-
-
-def sync(params: Params, exp: ExperimentInfo, store: CheckpointStore, rows=None) -> dict[str, str]:
-    """MLflow runs, registry versions and aliases for every finished unit of the plan; ``rows``:
-    the drift-matrix row a run created now carries (``tracking.RowFor``)."""
-    from driftmatrix import tracking
-
-    finished = [u for u in exp.plan.units if store.done(u.key)]
-    extra = {"data_version": exp.manifest["data_version"]}
-    return tracking.sync_units(params.tracking, exp.dataset, exp.spec.name,
-                               [store.record(u.key) for u in finished],
-                               {u.key: store.folder(u.key) for u in finished}, extra, row=rows)

@@ -2,12 +2,15 @@
 
 - A **unit** is one (dataset, model, cutoff, seed) training job. Its key hashes the model's
   identity, the training settings that change its numbers (:data:`UNIT_SETTINGS`: not the seed
-  list, evaluation batch size, device or tracking settings), its seed, its training window and
-  the content hashes of the slices in that window. Appending a later slice therefore changes no
-  earlier unit's key, adding a seed adds only that seed's units, and late rows in slice j change
-  exactly the units whose window holds j.
-- A **cell** is one score M[i, j] of a unit: its key adds slice j's content hash and which
-  evaluation set it reads (the test split for j <= i, the whole slice for j > i).
+  list, evaluation batch size or tracking settings), its seed, the content hashes of the slices
+  in its window (not the window's name: the same rows train the same model), the digest of the
+  code on its training path and its resolved environment (``driftmatrix.provenance``). Appending
+  a later slice therefore changes no earlier unit's key, adding a seed adds only that seed's
+  units, late rows in slice j change exactly the units whose window holds j, and a changed
+  statement on a model's training path changes exactly that model's units.
+- A **cell** is one score M[i, j] of a unit: its key adds slice j's content hash, which
+  evaluation set it reads (the test split for j <= i, the whole slice for j > i) and how it is
+  scored (metric, score format, scoring code).
 - The **plan** of a model is every unit and cell of the current configuration. The train,
   evaluate, status and matrices stages all read it; whatever else is on disk is stale.
 """
@@ -19,11 +22,11 @@ from typing import Any, Mapping, Sequence
 
 from driftmatrix.config import ConfigError, TrainConfig, fingerprint
 
-#: TrainConfig fields that change a trained model's numbers (and so its key).
-UNIT_SETTINGS = ("epochs", "batch_size", "lr", "weight_decay", "grad_clip", "optimizer", "dropout",
-                 "precision", "window")
-#: Bump when training code changes numbers for the same settings (invalidates every unit).
-UNIT_FORMAT = 2
+#: TrainConfig fields that change a trained model's numbers (and so its key). Precision and device
+#: enter resolved, through the environment; the window through the slices it spans.
+UNIT_SETTINGS = ("epochs", "batch_size", "lr", "weight_decay", "grad_clip", "optimizer", "dropout")
+#: Bump when the key's own recipe changes (code changes are keyed by digest).
+UNIT_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -68,9 +71,7 @@ def parse_window(value: Any, where: str = "train.window") -> Window:
 
 def unit_settings(cfg: TrainConfig) -> dict[str, Any]:
     """The part of a model's training config that its key depends on."""
-    out = {name: getattr(cfg, name) for name in UNIT_SETTINGS}
-    out["window"] = parse_window(cfg.window).name
-    return out
+    return {name: getattr(cfg, name) for name in UNIT_SETTINGS}
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,8 @@ def evalset(cutoff: int, j: int) -> str:
     return "test" if j <= cutoff else "all"
 
 
-def cell_key(unit_key: str, slice_hash: str, which: str) -> str:
-    return fingerprint("cell", unit_key, slice_hash, which)
+def cell_key(unit_key: str, slice_hash: str, which: str, scoring: Mapping[str, Any] | None = None) -> str:
+    return fingerprint("cell", unit_key, slice_hash, which, dict(scoring or {}))
 
 
 @dataclass(frozen=True)
@@ -121,22 +122,27 @@ class ModelPlan:
     labels: tuple[str, ...]
     window: Window
     units: tuple[Unit, ...]  # seed-major, then cutoff
+    code: str = ""  # digest of the training path's code
+    env: Mapping[str, Any] | None = None  # the keyed environment (provenance.Environment.keyed)
+    scoring: Mapping[str, Any] | None = None  # metric, score format and scoring code of every cell
 
     def unit(self, seed: int, cutoff: int) -> Unit:
         return self.units[self.seeds.index(seed) * len(self.labels) + cutoff]
 
     def cells(self, unit: Unit, slice_hashes: Sequence[str]) -> list[Cell]:
         return [Cell(unit.key, j, self.labels[j], evalset(unit.cutoff_index, j),
-                     cell_key(unit.key, h, evalset(unit.cutoff_index, j)))
+                     cell_key(unit.key, h, evalset(unit.cutoff_index, j), self.scoring))
                 for j, h in enumerate(slice_hashes)]
 
 
 def plan_model(dataset: str, model: str, family: str, identity: Mapping[str, Any], cfg: TrainConfig,
-               slices: Sequence[Mapping[str, Any]]) -> ModelPlan:
+               slices: Sequence[Mapping[str, Any]], *, code: str = "", env: Mapping[str, Any] | None = None,
+               scoring: Mapping[str, Any] | None = None) -> ModelPlan:
     """Units of ``model`` for every seed of ``cfg`` and every cutoff of the ``slices`` manifest.
 
     ``identity`` describes the model itself (registry name, architecture description, encoder
-    cache identity); ``slices`` are the manifest's slice records, each with its content ``hash``.
+    cache identity); ``slices`` are the manifest's slice records, each with its content ``hash``;
+    ``code``, ``env`` and ``scoring``: see :class:`ModelPlan`.
     """
     window = parse_window(cfg.window)
     hashes = [s["hash"] for s in slices]
@@ -147,9 +153,10 @@ def plan_model(dataset: str, model: str, family: str, identity: Mapping[str, Any
         for i in range(len(slices)):
             span = tuple(window.slices(i))
             key = fingerprint("unit", UNIT_FORMAT, dict(identity), settings, int(seed),
-                              [hashes[k] for k in span])
+                              [hashes[k] for k in span], code, dict(env or {}))
             units.append(Unit(dataset, model, family, int(seed), i, labels[i], span, key))
-    return ModelPlan(model, tuple(int(s) for s in cfg.seeds), labels, window, tuple(units))
+    return ModelPlan(model, tuple(int(s) for s in cfg.seeds), labels, window, tuple(units), code,
+                     dict(env or {}), dict(scoring or {}))
 
 
 def slice_hashes(manifest: Mapping[str, Any], where: str = "outputs/slices/manifest.json") -> list[str]:

@@ -32,7 +32,8 @@ def small_raw(tmp, **extra):
 def trained(tmp_path_factory):
     from driftmatrix import slicing
     from driftmatrix.data import ingest, synthetic
-    from driftmatrix.training import CheckpointStore, Experiment, sync, train_units
+    from driftmatrix.evaluation import sync
+    from driftmatrix.training import CheckpointStore, Experiment, train_units
 
     tmp = tmp_path_factory.mktemp("explain")
     torch.set_num_threads(2)

@@ -109,16 +109,18 @@ def test_a_model_revision_rekeys_only_that_models_units(monkeypatch):
 
     from driftmatrix.config import parse_params
     from driftmatrix.models import registry
+    from driftmatrix.provenance import Environment
     from driftmatrix.training import model_plan
 
+    env = Environment("fp32", "cpu", 1)
     params = parse_params({"dataset": {"name": "toy"}, "models": {"ViT-S": {}, "CNN-S": {}}})
     manifest = {"dataset": {"name": "toy", "task": "binary", "input_kind": "image", "class_names": ["F", "M"]},
                 "slices": [{"index": 0, "label": "2000", "hash": "h0"}, {"index": 1, "label": "2001", "hash": "h1"}]}
     assert REGISTRY["ViT-S"].revision == 1 and REGISTRY["CNN-S"].revision == 0
-    before = {m: [u.key for u in model_plan(params, m, manifest).units] for m in ("ViT-S", "CNN-S")}
+    before = {m: [u.key for u in model_plan(params, m, manifest, env).units] for m in ("ViT-S", "CNN-S")}
     specs = dict(registry.REGISTRY._all())
     monkeypatch.setitem(registry.REGISTRY._specs, "ViT-S", dataclasses.replace(specs["ViT-S"], revision=0))
     monkeypatch.setitem(registry.REGISTRY._specs, "CNN-S", dataclasses.replace(specs["CNN-S"], revision=0))
-    after = {m: [u.key for u in model_plan(params, m, manifest).units] for m in ("ViT-S", "CNN-S")}
+    after = {m: [u.key for u in model_plan(params, m, manifest, env).units] for m in ("ViT-S", "CNN-S")}
     assert len(before["ViT-S"]) == 4 and not set(before["ViT-S"]) & set(after["ViT-S"])
     assert before["CNN-S"] == after["CNN-S"]

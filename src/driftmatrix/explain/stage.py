@@ -127,7 +127,7 @@ def pixel_inputs(exp, slices_dir: str | Path):
 def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
                    run_ids: Mapping[str, str] | None = None) -> list[tuple[int, str, str | None]]:
     """(seed, unit key, run id) of every seed of the plan whose unit at ``cutoff`` is trained."""
-    from driftmatrix.training import CheckpointStore
+    from driftmatrix.checkpoints import CheckpointStore
 
     store = CheckpointStore(checkpoints_dir, exp.spec.name)
     found = [(s, exp.plan.unit(s, cutoff).key) for s in exp.plan.seeds]
@@ -147,7 +147,7 @@ def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None
 
     per_image = {"top5_share_img": lambda m: conc.top_share(conc.pool(m.cpu().numpy(), block)),
                  "entropy_img": lambda m: conc.normalised_entropy(conc.pool(m.cpu().numpy(), block))}
-    from driftmatrix.training import CheckpointStore
+    from driftmatrix.checkpoints import CheckpointStore
 
     store = CheckpointStore(checkpoints_dir, exp.spec.name)
     maps, image, img_scores = [], None, []
@@ -223,7 +223,7 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     """Compute every configured cell, write arrays, tables and figures; log to the checkpoints' runs."""
     import pandas as pd
 
-    from driftmatrix.training import Experiment
+    from driftmatrix.training import Experiment, recorded_environment
 
     cfg = saliency_config(params)
     out = Path(out_dir)
@@ -238,7 +238,8 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     images: dict[str, np.ndarray] = {}
     logged: list[tuple[str, str, str, Path]] = []  # (run id, cutoff, eval, npz)
     for model in models:
-        exp = Experiment(params, model, slices_dir, features_dir)
+        exp = Experiment(params, model, slices_dir, features_dir,
+                         recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True))
         run_ids = _live_runs(params, exp.dataset, model) if log_mlflow else {}
         pixels = pixel_inputs(exp, slices_dir)
         forward = forward_builder(exp)

@@ -1,0 +1,151 @@
+"""Trained units on disk: ``<root>/<model>/<unit key>/`` with weights, description and record.
+
+Training writes these folders, evaluation and saliency read them, and the MLflow sync logs them;
+this module is the one place that knows their format, so training computes, tracking writes MLflow,
+and neither imports the other. Nothing here imports torch at module level, and nothing is
+unpickled: weights are safetensors, everything else JSON.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+WEIGHTS, DESCRIPTION, RECORD = "model.safetensors", "model.json", "unit.json"
+#: Recorded beside a model's unit folders by the train stage: the environment its keys were made for.
+ENVIRONMENT = "environment.json"
+
+
+class CheckpointStore:
+    """``<root>/<model>/<unit key>/``: ``model.safetensors``, ``model.json`` and ``unit.json``.
+
+    ``unit.json`` (the sidecar record) is written last, fsynced and renamed into place: a record
+    that parses, with its weights beside it, means the unit is done. A record cut short (a power
+    cut before the data reached the disk) counts as missing, so the unit is trained again. Folders
+    of units outside the current plan stay on disk (reused if the configuration comes back).
+    """
+
+    WEIGHTS, DESCRIPTION, RECORD = WEIGHTS, DESCRIPTION, RECORD
+
+    def __init__(self, root: str | Path, model: str):
+        self.dir = Path(root) / model
+
+    def folder(self, key: str) -> Path:
+        return self.dir / key
+
+    def done(self, key: str) -> bool:
+        return (self.folder(key) / WEIGHTS).exists() and self.read_record(key) is not None
+
+    def read_record(self, key: str) -> dict[str, Any] | None:
+        """The unit's record, or None when it is absent or not a whole JSON object."""
+        try:
+            record = json.loads((self.folder(key) / RECORD).read_text())
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) and "unit" in record else None
+
+    def record(self, key: str) -> dict[str, Any]:
+        record = self.read_record(key)
+        if record is None:
+            raise FileNotFoundError(f"{self.folder(key) / RECORD}: missing or cut short")
+        return record
+
+    def keys(self) -> list[str]:
+        return sorted(p.parent.name for p in self.dir.glob(f"*/{RECORD}")) if self.dir.exists() else []
+
+    def write(self, key: str, state: Mapping[str, Any], description: Mapping[str, Any],
+              record: Mapping[str, Any]) -> dict[str, Any]:
+        """Weights, description, then the record (with the weights' digest); returns the record."""
+        from safetensors.torch import save_file
+
+        folder = self.folder(key)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / (WEIGHTS + ".tmp")
+        save_file({k: v.contiguous() for k, v in state.items()}, str(tmp))
+        _sync_file(tmp)
+        tmp.replace(folder / WEIGHTS)
+        write_json(folder / DESCRIPTION, description)
+        record = {**record, "weights_digest": file_digest(folder / WEIGHTS)}
+        write_json(folder / RECORD, record)
+        _sync_dir(folder)
+        return record
+
+    def weights_digest(self, key: str) -> str:
+        """The digest its record holds (computed from the file for records older than digests)."""
+        return self.record(key).get("weights_digest") or file_digest(self.folder(key) / WEIGHTS)
+
+    def load_state(self, key: str, device="cpu") -> dict[str, Any]:
+        from safetensors.torch import load_file
+
+        return load_file(str(self.folder(key) / WEIGHTS), device=str(device))
+
+    def write_environment(self, env: Mapping[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json(self.dir / ENVIRONMENT, env)
+
+    def environment(self) -> dict[str, Any] | None:
+        """The environment the train stage resolved for this model (None before any training)."""
+        return read_json(self.dir / ENVIRONMENT)
+
+
+def file_digest(path: str | Path) -> str:
+    """sha256 of a file's bytes: ties scores and runs to the exact weights they came from."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write ``obj`` to a temporary file, fsync it, then rename it over ``path``."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(json.dumps(obj, indent=2))
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def read_json(path: Path) -> Any:
+    """The JSON in ``path``, or None when it is absent or cut short."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _sync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def _sync_dir(folder: Path) -> None:
+    """Make the renames in ``folder`` durable (where the OS lets a directory be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def load_model_folder(folder: str | Path, device: str = "cpu"):
+    """Rebuild a logged model from ``model.json`` and load ``model.safetensors`` (no pickle)."""
+    from safetensors.torch import load_file
+
+    from driftmatrix.models.registry import get
+
+    folder = Path(folder)
+    desc = json.loads((folder / DESCRIPTION).read_text())
+    kwargs = {"dropout": desc["dropout"]} if desc.get("dropout") is not None else {}
+    model = get(desc["model"]).build(desc["num_outputs"], desc.get("info") or {}, **kwargs)
+    model.load_state_dict(load_file(str(folder / WEIGHTS), device=device))
+    return model.to(device).eval()
