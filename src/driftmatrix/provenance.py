@@ -76,7 +76,7 @@ def module_digest(name: str) -> str:
 def internal_imports(name: str) -> list[str]:
     """The ``driftmatrix.*`` modules that ``name`` imports anywhere (top level or in functions)."""
     found = []
-    for node in ast.walk(_parsed(module_path(name))):
+    for node in _runtime_nodes(_parsed(module_path(name))):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
             [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
         for mod in names:
@@ -86,6 +86,18 @@ def internal_imports(name: str) -> list[str]:
                                                               "driftmatrix.models"):
                 found += [f"{mod}.{a.name}" for a in node.names if module_path(f"{mod}.{a.name}").exists()]
     return found
+
+
+def _runtime_nodes(tree: ast.AST):
+    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (imports for annotations only)."""
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        yield node
+        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING":
+            todo += node.orelse
+            continue
+        todo += ast.iter_child_nodes(node)
 
 
 def closure(roots: Iterable[str]) -> tuple[str, ...]:
@@ -100,8 +112,10 @@ def closure(roots: Iterable[str]) -> tuple[str, ...]:
 
 
 def model_code(builder_module: str, has_encoder: bool) -> tuple[str, ...]:
-    """The modules that build one model's network (its builder module and what that imports)."""
-    return closure([builder_module, *(ENCODER_CODE if has_encoder else ())])
+    """The modules that build one model's network (its builder module and what that imports) and,
+    for encoder models, read its cached features (those modules alone: what they import runs the
+    embed stage, not this model)."""
+    return tuple(sorted({*closure([builder_module]), *(ENCODER_CODE if has_encoder else ())}))
 
 
 def train_code(builder_module: str, has_encoder: bool) -> tuple[str, ...]:

@@ -1,0 +1,233 @@
+"""Keys cover code and environment (driftmatrix.provenance); dvc.yaml declares the same code."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+from driftmatrix import checkpoints, provenance
+from driftmatrix.config import ConfigError, parse_params
+from driftmatrix.provenance import Environment
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def fake_package(tmp_path, monkeypatch):
+    """A ``driftmatrix`` package folder of our own, digested instead of the real one."""
+    pkg = tmp_path / "driftmatrix"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    monkeypatch.setattr(provenance, "PACKAGE_DIR", pkg)
+    for cached in (provenance.module_digest, provenance._parsed):
+        cached.cache_clear()
+    yield pkg
+    for cached in (provenance.module_digest, provenance._parsed):
+        cached.cache_clear()
+
+
+def _digest(pkg: Path, source: str) -> str:
+    (pkg / "m.py").write_text(source)
+    provenance.module_digest.cache_clear()
+    provenance._parsed.cache_clear()
+    return provenance.code_digest(["driftmatrix.m"])
+
+
+def test_comments_and_docstrings_change_no_digest_but_a_statement_does(fake_package):
+    base = _digest(fake_package, 'def f(x):\n    return x + 1\n')
+    assert _digest(fake_package, '"""Module."""\n# note\ndef f(x):\n    """Add one."""\n    return x + 1  # why\n') == base
+    assert _digest(fake_package, 'def f(x):\n\n\n    return (x +\n            1)\n') == base
+    assert _digest(fake_package, 'def f(x):\n    return x + 2\n') != base
+    assert _digest(fake_package, 'def f(y):\n    return y + 1\n') != base
+
+
+def test_model_code_follows_the_builders_imports(fake_package):
+    (fake_package / "models").mkdir()
+    (fake_package / "models" / "__init__.py").write_text("")
+    (fake_package / "models" / "net.py").write_text("def build():\n    from driftmatrix.models.parts import P\n")
+    (fake_package / "models" / "parts.py").write_text("import numpy\nP = 1\n")
+    assert provenance.model_code("driftmatrix.models.net", False) == ("driftmatrix.models.net",
+                                                                        "driftmatrix.models.parts")
+
+
+def _stage_deps(stage: str) -> list[str]:
+    spec = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"][stage]
+    deps = (spec.get("do") or spec)["deps"]
+    return [d if isinstance(d, str) else next(iter(d)) for d in deps]
+
+
+def _covered(path: str, deps: list[str]) -> bool:
+    return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
+
+
+@pytest.mark.parametrize("stage", ["train", "evaluate", "matrices", "saliency"])
+def test_every_stage_that_keys_units_depends_on_all_their_code(stage):
+    """A module on any catalog model's training or scoring path that a stage keying units does not
+    declare would let DVC skip the stage while the keys changed."""
+    from driftmatrix.models.registry import REGISTRY
+
+    code = {"driftmatrix.provenance", "driftmatrix.checkpoints"}
+    if stage in ("evaluate", "matrices"):  # they key cells too
+        code |= set(provenance.SCORE_CODE)
+    for spec in REGISTRY.values():
+        code |= set(provenance.train_code(spec.build.module, bool(spec.encoder)))
+    deps = _stage_deps(stage)
+    missing = [f for f in provenance.source_files(code) if not _covered(f, deps)]
+    assert not missing, f"dvc.yaml stage {stage} lacks code dependencies {missing}"
+
+
+def test_the_check_itself_fails_on_a_missing_module():
+    deps = [d for d in _stage_deps("train") if d != "src/driftmatrix/optim.py"]
+    assert not _covered("src/driftmatrix/optim.py", deps)
+
+
+def test_repeated_seeds_are_a_one_line_error():
+    from driftmatrix.training import effective_config
+
+    with pytest.raises(ConfigError, match="seed 0 is listed twice"):
+        effective_config(parse_params({"train": {"seeds": [0, 0]}, "models": {"MLP-S": {}}}), "MLP-S")
+
+
+def test_a_cpu_driver_keys_gpu_ray_units_for_cuda():
+    """The driver of a Ray cluster whose units ask for GPUs keys them for CUDA even without one."""
+    env = provenance.resolve_environment("fp32", "auto", 1, remote_gpus=True)
+    assert (env.device, env.threads, env.precision) == ("cuda", None, "fp32")
+    here = provenance.resolve_environment("auto", "auto", 2)
+    assert here.device == "cpu" and here.threads == 2 and here.libraries["torch"]
+    assert "x86_64" in here.hardware or here.hardware  # recorded, never keyed
+    assert "hardware" not in here.keyed()
+
+
+def test_environment_round_trips_and_names_its_differences():
+    env = Environment("fp32", "cpu", 1, {"torch": "2.14.1"}, "x86_64 AVX2")
+    assert Environment.from_dict(json.loads(json.dumps(env.to_dict()))) == env
+    other = Environment("bf16", "cpu", 2, {"torch": "2.14.1"})
+    assert env.differences(other) == ["precision: 'fp32' != 'bf16'", "threads: 1 != 2"]
+
+
+# --- on tiny data -------------------------------------------------------------------------------
+def _tiny(tmp_path, tiny_params, **over):
+    from driftmatrix.pipeline import Paths, prepare
+
+    params = tiny_params(tmp_path, train={"seeds": [0], "epochs": 1}, **over)
+    paths = Paths(tmp_path / "out")
+    prepare(params, paths, generate=True)
+    return params, paths
+
+
+def test_workers_refuse_a_unit_keyed_for_another_environment_or_code(tmp_path, tiny_params):
+    import torch
+
+    from driftmatrix.training import Experiment, check_key, resolve_environment, train_task
+
+    params, paths = _tiny(tmp_path, tiny_params)
+    env = resolve_environment(params, "MLP-S")
+    exp = Experiment(params, "MLP-S", paths.slices, paths.features, env)
+    unit = exp.plan.unit(0, 1)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(env.threads)
+        check_key(exp, unit)  # the driver's own keys pass
+        torch.set_num_threads(env.threads + 1)
+        with pytest.raises(RuntimeError, match=f"threads: {env.threads} != {env.threads + 1}"):
+            train_task(exp, unit)
+        torch.set_num_threads(env.threads)
+        from dataclasses import replace
+
+        with pytest.raises(RuntimeError, match="its own plan"):
+            check_key(exp, replace(unit, key="0123456789ab"))
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_later_stages_key_with_the_recorded_environment(tmp_path, tiny_params, monkeypatch, mlflow_store):
+    """matrices and status on a machine that would resolve another environment still find every
+    cell: they read the environment the train stage recorded."""
+    from driftmatrix import matrices, status, training
+    from driftmatrix.evaluation import ScoreStore
+    from driftmatrix.pipeline import train_and_evaluate
+
+    params, paths = _tiny(tmp_path, tiny_params)
+    train_and_evaluate(params, paths)
+    recorded = checkpoints.CheckpointStore(paths.checkpoints, "MLP-S").environment()
+    assert recorded["device"] == "cpu" and recorded["threads"] == 1 and recorded["hardware"]
+    assert ScoreStore(paths.scores, "MLP-S").environment() == recorded
+    record = checkpoints.CheckpointStore(paths.checkpoints, "MLP-S")
+    some = record.record(record.keys()[0])
+    assert some["environment"]["hardware"] and len(some["weights_digest"]) == 64
+
+    elsewhere = Environment("bf16", "cpu", 7, {"torch": "other"})
+    monkeypatch.setattr(training, "resolve_environment", lambda *a, **k: elsewhere)
+    m = matrices.read_scores(params, paths.slices, paths.scores)["MLP-S"]
+    assert m.extra["missing_cells"] == 0 and m.extra["precision"] == "fp32"
+    (st,) = status.read_status(params, paths.slices, paths.checkpoints, paths.scores)
+    assert st.to_train == 0 and st.cells_to_score == 0
+
+
+def test_gpu_units_are_scored_in_the_stage_process(tmp_path, monkeypatch):
+    """With a recorded CUDA environment the evaluate stage starts no local worker processes (one
+    CUDA context per CPU worker would be the result) and builds its experiment in-process."""
+    from driftmatrix import evaluation, training
+
+    store = checkpoints.CheckpointStore(tmp_path / "ckpt", "MLP-S")
+    store.write_environment(Environment("fp32", "cuda", None, {}).to_dict())
+
+    class Built(Exception):
+        pass
+
+    def no_workers(*a, **k):
+        raise AssertionError("local workers started for GPU units")
+
+    def in_process(*a, **k):
+        raise Built(a[-1].device)
+
+    monkeypatch.setattr(training, "start_workers", no_workers)
+    monkeypatch.setattr(training, "Experiment", in_process)
+    monkeypatch.setattr("driftmatrix.tracking.configure_in_background", lambda cfg: None)
+    with pytest.raises(Built, match="cuda"):
+        evaluation.run(parse_params({"models": {"MLP-S": {}}}), "MLP-S", tmp_path / "slices", tmp_path / "ckpt",
+                       tmp_path / "scores")
+
+
+# --- records -----------------------------------------------------------------------------------
+def _write_unit(tmp_path) -> checkpoints.CheckpointStore:
+    import torch
+
+    store = checkpoints.CheckpointStore(tmp_path, "MLP-S")
+    store.write("k1", {"w": torch.ones(2)}, {"model": "MLP-S"}, {"unit": {"key": "k1"}})
+    return store
+
+
+def test_a_record_cut_short_counts_as_missing(tmp_path):
+    store = _write_unit(tmp_path)
+    assert store.done("k1") and store.record("k1")["weights_digest"]
+    record = store.folder("k1") / checkpoints.RECORD
+    whole = record.read_text()
+    for cut in ("", whole[: len(whole) // 2], "[]"):
+        record.write_text(cut)
+        assert not store.done("k1"), repr(cut)
+
+
+def test_records_reach_the_disk_before_they_are_renamed_into_place(tmp_path, monkeypatch):
+    synced, renamed = [], []
+    real_fsync, real_replace = os.fsync, Path.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd)))
+    monkeypatch.setattr(Path, "replace", lambda self, target: (renamed.append((str(self), len(synced))),
+                                                               real_replace(self, target))[1])
+    _write_unit(tmp_path)
+    tmp_record = str(tmp_path / "MLP-S" / "k1" / (checkpoints.RECORD + ".tmp"))
+    (position,) = [n for path, n in renamed if path == tmp_record]
+    assert tmp_record in synced[:position]
+
+
+def test_scores_of_other_weights_are_dropped():
+    from driftmatrix.evaluation import current_doc
+
+    doc = {"cells": {"c": {"value": 1.0}}, "logged": {"run_id": "r"}, "weights_digest": "a"}
+    assert current_doc(doc, "a") is doc
+    fresh = current_doc(doc, "b")
+    assert fresh["cells"] == {} and fresh["logged"] == {} and fresh["weights_digest"] == "b"
