@@ -231,3 +231,17 @@ def test_scores_of_other_weights_are_dropped():
     assert current_doc(doc, "a") is doc
     fresh = current_doc(doc, "b")
     assert fresh["cells"] == {} and fresh["logged"] == {} and fresh["weights_digest"] == "b"
+
+
+def test_no_two_modules_import_each_other():
+    """Training computes, tracking writes MLflow, checkpoints hold the format: no module pair
+    imports each other (at top level or inside functions)."""
+    pkg = provenance.PACKAGE_DIR
+    modules = []
+    for path in pkg.rglob("*.py"):
+        parts = list(path.relative_to(pkg.parent).with_suffix("").parts)
+        modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    graph = {m: set(provenance.internal_imports(m)) for m in modules}
+    assert "driftmatrix.checkpoints" in graph["driftmatrix.training"]
+    mutual = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a != b and a in graph.get(b, ())})
+    assert not mutual
