@@ -1,0 +1,136 @@
+"""Code keys through real `dvc repro` runs (the issue's acceptance criterion): appending a comment
+to a training-path module, or editing a docstring in it, retrains nothing; changing a statement in
+it retrains exactly the units whose code path includes it.
+
+A scratch project (a copy of src/ and dvc.yaml, tiny params) runs with PYTHONPATH pointing at its
+own src/, so the code that runs, and that is digested into the unit keys, is the scratch copy the
+test edits. `driftmatrix.models.image` builds MLP-S but is on no path of Prior (its builder is
+`driftmatrix.models.heads`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+MODELS = ("MLP-S", "Prior")
+YEARS = 4
+
+
+def sh(cmd: list[str], cwd: Path, env: dict) -> str:
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, f"{' '.join(cmd)} failed:\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}"
+    return out.stdout + out.stderr
+
+
+def ran(output: str) -> set[str]:
+    return set(re.findall(r"Running stage '([^']+)'", output))
+
+
+def trained(output: str) -> dict[str, tuple[int, int, int]]:
+    """model -> (units in the plan, done, to train), from the train stages' logs."""
+    found = re.findall(r"(\S+): (\d+) units in the plan \(cumulative window\), (\d+) done, (\d+) to train", output)
+    assert len(found) == len({m for m, *_ in found}), found  # one line per model that ran
+    return {m: tuple(map(int, n)) for m, *n in found}
+
+
+def scored(output: str) -> dict[str, tuple[int, int, int]]:
+    """model -> (cells in the plan, to score, units), from the evaluate stages' logs."""
+    found = re.findall(r"(\S+): (\d+) cells in the plan, (\d+) to score \((\d+) units\)", output)
+    assert len(found) == len({m for m, *_ in found}), found
+    return {m: tuple(map(int, n)) for m, *n in found}
+
+
+def unit_folders(work: Path, model: str) -> dict[str, dict[str, str]]:
+    """unit key -> {file name: sha256} of every unit folder under outputs/checkpoints/<model>/."""
+    root = work / "outputs" / "checkpoints" / model
+    return {d.name: {f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(d.iterdir()) if f.is_file()}
+            for d in sorted(root.iterdir()) if d.is_dir() and (d / "unit.json").exists()}
+
+
+def edit(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert text.count(old) == 1, f"{path}: {old!r} found {text.count(old)} times"
+    path.write_text(text.replace(old, new))
+
+
+@pytest.mark.slow
+def test_comments_and_docstrings_retrain_nothing_a_statement_retrains_its_units(tmp_path):
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    work = tmp_path / "repo"
+    work.mkdir()
+    shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    shutil.copy(REPO / "dvc.yaml", work / "dvc.yaml")
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["synthetic"].update(years=YEARS, per_year=30)
+    params["slicing"]["min_samples"] = 10
+    params["validation"]["min_rows"] = 5
+    params["train"].update(seeds=[0], epochs=1)
+    params["models"] = {m: {} for m in MODELS}
+    params["tracking"].update(uri=f"sqlite:///{tmp_path / 'mlflow.db'}", artifact_root=str(tmp_path / "mlruns"),
+                              log_models=False, register=False)
+    params["audit"].update(permutations=20, mmd_samples=50)
+    params["saliency"].update(pairs=[], eval_years=[])  # saliency off: an explained, empty output
+    params["runtime"].update(workers=1)
+    (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # bytecode is written
+    env.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
+               PYTHONPATH=os.pathsep.join(p for p in (str(work / "src"), os.environ.get("PYTHONPATH")) if p),
+               MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", GIT_AUTHOR_NAME="t",
+               GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
+    where = sh(["python", "-c", "import driftmatrix.provenance as p; print(p.PACKAGE_DIR)"], work, env)
+    assert Path(where.strip()) == work / "src" / "driftmatrix"  # the scratch copy runs and is digested
+    for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"]):
+        sh(cmd, work, env)
+    shutil.copy(REPO / ".dvcignore", work / ".dvcignore")  # __pycache__/ and *.pyc
+    for cmd in (["driftmatrix", "data", "generate"], ["dvc", "add", "-q", "data"]):
+        sh(cmd, work, env)
+
+    first = sh(["dvc", "repro"], work, env)
+    assert {f"{s}@{m}" for s in ("train", "evaluate") for m in MODELS} <= ran(first)
+    assert trained(first) == {m: (YEARS, 0, YEARS) for m in MODELS}
+    assert scored(first) == {m: (YEARS * YEARS, YEARS * YEARS, YEARS) for m in MODELS}
+    before = {m: unit_folders(work, m) for m in MODELS}
+    assert {m: len(before[m]) for m in MODELS} == {m: YEARS for m in MODELS}
+
+    # a comment appended and a docstring edited: DVC reruns the stages that depend on the folder,
+    # and they find every unit done and every cell scored
+    image = work / "src" / "driftmatrix" / "models" / "image.py"
+    image.write_text(image.read_text() + "# a comment appended by tests/test_code_keys_dvc.py\n")
+    edit(image, '"""The network of a catalogue entry', '"""The network (edited docstring) of a catalogue entry')
+    cosmetic = sh(["dvc", "repro"], work, env)
+    assert {f"{s}@{m}" for s in ("train", "evaluate") for m in MODELS} <= ran(cosmetic)
+    assert trained(cosmetic) == {m: (YEARS, YEARS, 0) for m in MODELS}
+    assert scored(cosmetic) == {m: (YEARS * YEARS, 0, 0) for m in MODELS}
+    assert {m: unit_folders(work, m) for m in MODELS} == before  # same keys, same bytes
+
+    # a changed statement in the function that builds MLP-S: all of MLP-S's units, none of Prior's
+    edit(image, "    kwargs = dict(shape)\n", "    kwargs = dict(shape)\n    kwargs = dict(kwargs)\n")
+    changed = sh(["dvc", "repro"], work, env)
+    assert {f"{s}@{m}" for s in ("train", "evaluate") for m in MODELS} <= ran(changed)
+    assert trained(changed) == {"MLP-S": (YEARS, 0, YEARS), "Prior": (YEARS, YEARS, 0)}
+    assert scored(changed) == {"MLP-S": (YEARS * YEARS, YEARS * YEARS, YEARS), "Prior": (YEARS * YEARS, 0, 0)}
+    after = {m: unit_folders(work, m) for m in MODELS}
+    assert after["Prior"] == before["Prior"]
+    new = set(after["MLP-S"]) - set(before["MLP-S"])
+    assert len(new) == YEARS  # four new keys; the old folders stay (reused if the code comes back)
+    assert {k: after["MLP-S"][k] for k in before["MLP-S"]} == before["MLP-S"]
+
+    # up to date, and bytecode written beside the modules (by the stages, and here on purpose)
+    # leaves the directory dependencies' hashes alone
+    assert "up to date" in sh(["dvc", "status"], work, env)
+    sh(["python", "-m", "compileall", "-q", "-f", str(work / "src")], work, env)
+    assert list((work / "src" / "driftmatrix" / "models" / "__pycache__").glob("image*.pyc"))
+    assert "up to date" in sh(["dvc", "status"], work, env)
+    assert ran(sh(["dvc", "repro"], work, env)) == set()
