@@ -365,6 +365,11 @@ def _pool_map(fn, recipe, items: list, workers: int, threads: int, bar: Progress
     A unit's own error is raised here with its worker's traceback; a worker that dies (killed,
     out of memory) fails the map, naming the units in flight. On any early exit the workers are
     stopped: they write nothing, so nothing is lost but their computation.
+
+    The pool is always shut down waiting for its manager thread: one left running races the
+    interpreter's exit hook, which wakes it through a pipe the thread may be closing at that
+    moment ("Exception ignored in: <module 'threading'> ... OSError: [Errno 9] Bad file
+    descriptor" as the stage ends). Idle workers exit at once; stopped ones are terminated first.
     """
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
@@ -393,11 +398,10 @@ def _pool_map(fn, recipe, items: list, workers: int, threads: int, bar: Progress
             if not finished:  # a heartbeat line while long units run
                 bar.update(done, min(workers, len(pending)))
     finally:
-        processes = list((getattr(pool, "_processes", None) or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
         if pending:  # stopped early: the units still running are dropped with their workers
-            for proc in processes:
+            for proc in list((getattr(pool, "_processes", None) or {}).values()):
                 proc.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 # --- Ray ---------------------------------------------------------------------------------------
