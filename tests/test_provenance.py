@@ -245,3 +245,13 @@ def test_no_two_modules_import_each_other():
     assert "driftmatrix.checkpoints" in graph["driftmatrix.training"]
     mutual = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a != b and a in graph.get(b, ())})
     assert not mutual
+
+
+def test_relative_imports_count_as_imports(fake_package):
+    (fake_package / "models").mkdir()
+    (fake_package / "models" / "__init__.py").write_text("")
+    (fake_package / "models" / "net.py").write_text("from . import parts\nfrom ..util import f\n")
+    (fake_package / "models" / "parts.py").write_text("P = 1\n")
+    (fake_package / "util.py").write_text("def f():\n    pass\n")
+    assert set(provenance.model_code("driftmatrix.models.net", False)) == {
+        "driftmatrix.models", "driftmatrix.models.net", "driftmatrix.models.parts", "driftmatrix.util"}

@@ -74,17 +74,22 @@ def module_digest(name: str) -> str:
 
 
 def internal_imports(name: str) -> list[str]:
-    """The ``driftmatrix.*`` modules that ``name`` imports anywhere (top level or in functions)."""
+    """The ``driftmatrix.*`` modules that ``name`` imports anywhere (top level or in functions;
+    relative imports resolved; ``from package import module`` counts the module)."""
     found = []
+    is_package = module_path(name).name == "__init__.py"
     for node in _runtime_nodes(_parsed(module_path(name))):
-        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-            [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
-        for mod in names:
-            if mod.startswith("driftmatrix.") and module_path(mod).exists():
-                found.append(mod)
-            elif isinstance(node, ast.ImportFrom) and mod in ("driftmatrix", "driftmatrix.features",
-                                                              "driftmatrix.models"):
-                found += [f"{mod}.{a.name}" for a in node.names if module_path(f"{mod}.{a.name}").exists()]
+        if isinstance(node, ast.Import):
+            candidates = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
+                base = ".".join(parts + ([base] if base else []))
+            candidates = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        found += [m for m in candidates if m.startswith("driftmatrix.") and module_path(m).exists()]
     return found
 
 
