@@ -90,7 +90,11 @@ class TrackingConfig:
     artifact_root: str = "mlruns"
     experiment: str = "driftmatrix"
     log_models: bool = True
-    register: bool = True
+    register: bool | None = None  # None: as log_models (a registry version is the run's logged model)
+
+    def __post_init__(self):
+        if self.register is None:
+            object.__setattr__(self, "register", self.log_models)
 
 
 @dataclass(frozen=True)
@@ -178,6 +182,9 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
         "tracking": TrackingConfig,
     }
     built = {name: build(cls, raw.get(name), f"{source}: {name}") for name, cls in sections.items()}
+    if built["tracking"].register and not built["tracking"].log_models:
+        raise ConfigError(f"{source}: tracking.register: true needs tracking.log_models: true "
+                          "(a registry version is the run's logged model)")
     models = raw.get("models") or {}
     if isinstance(models, (list, tuple)):
         models = {m: {} for m in models}
