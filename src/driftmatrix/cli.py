@@ -140,12 +140,12 @@ def validate(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("output
 @app.command()
 def audit(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
           out: Path = typer.Option(Path("outputs/audit")),
-          validation: Path = typer.Option(Path("outputs/validation")),
-          matrices_dir: Path = typer.Option(Path("outputs/matrices"), "--matrices")) -> None:
-    """Between-slice label/covariate drift matrices, prevalence, plots and report.html."""
+          validation: Path = typer.Option(Path("outputs/validation"))) -> None:
+    """Between-slice label/covariate drift matrices, prevalence, plots and report.html, from the
+    slices alone (`driftmatrix report` correlates them with the models' decay)."""
     from driftmatrix.audit import stage
 
-    result = stage.run(_params(params), slices, out, validation, matrices_dir)
+    result = stage.run(_params(params), slices, out, validation)
     typer.echo(f"audit of {result['dataset']}: {', '.join(result['measures'])} -> {out / 'report.html'}")
 
 

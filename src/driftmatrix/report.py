@@ -3,13 +3,17 @@
 Reads what the matrices stage wrote (``outputs/matrices``: one drift-matrix JSON per model,
 summary files; or any folder of published matrices) and writes ``outputs/report``:
 ``plots/<model>.png`` (one colour scale for the whole cohort) and ``report.html`` (linking the
-audit report when there is one). As a DVC stage (``driftmatrix report --track``) it logs one
-MLflow run ``matrices · <dataset>`` (tag ``kind=matrices``) with the per-model summary metrics
-and the matrices, plots and report as artifacts.
+audit report when there is one). With an audit (its ``drift.json`` beside the audit report), the
+report also correlates the audit's data drift with each model's decay
+(:mod:`driftmatrix.reporting.drift_decay`; ``drift_vs_decay.json``). As a DVC stage
+(``driftmatrix report --track``) it logs one MLflow run ``matrices · <dataset>`` (tag
+``kind=matrices``) with the per-model summary metrics, the Spearman rho of every drift measure
+and model, and the matrices, plots and report as artifacts.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from pathlib import Path
@@ -31,7 +35,7 @@ def write_plots(cohort: Cohort, plots_dir: Path) -> list[Path]:
 
 
 def log_to_mlflow(params: Params, cohort: Cohort, matrices: list[Path], plots: list[Path], report: Path,
-                  dataset: str) -> str:
+                  dataset: str, decay_metrics: dict[str, float] | None = None) -> str:
     """One run per dataset with the summary metrics and every file; returns the run id."""
     import mlflow
 
@@ -42,6 +46,7 @@ def log_to_mlflow(params: Params, cohort: Cohort, matrices: list[Path], plots: l
         mlflow.set_tags({"metric": cohort.metric, "models": ",".join(cohort.models)})
         mlflow.log_metrics({f"{m}.{k}": v for m, s in cohort.summaries.items()
                             for k, v in s.as_dict().items() if not math.isnan(v)})
+        mlflow.log_metrics({k: v for k, v in (decay_metrics or {}).items() if math.isfinite(v)})
         for sub, files in (("matrices", matrices), ("plots", plots), ("report", [report])):
             for f in files:
                 mlflow.log_artifact(str(f), artifact_path=sub)
@@ -53,16 +58,22 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
         params: Params | None = None) -> Path:
     """The whole stage; returns the report's path. With ``params``, the MLflow run is logged to
     its tracking store (the DVC stage); without, nothing is tracked (a report of any folder)."""
-    from driftmatrix.reporting import html
+    from driftmatrix.reporting import drift_decay, html
 
     matrices_dir, report_path = Path(matrices_dir), Path(report_path)
     cohort = Cohort(matrixfile.load_folder(matrices_dir))
     dataset = cohort.first.dataset or (params.dataset.name if params else "")
     plots = write_plots(cohort, report_path.parent / "plots")
+    audit_doc = drift_decay.read_audit(audit)
+    decay = None if audit_doc is None else drift_decay.correlations(audit_doc, cohort)
+    if decay is not None:
+        (report_path.parent / "drift_vs_decay.json").write_text(json.dumps(decay, indent=2))
     report = html.run(matrices_dir, report_path, audit=audit, title=title or f"Drift matrices: {dataset}",
-                      cohort=cohort)
+                      cohort=cohort, decay=decay)
     log.info("report: %s (%d heatmaps)", report, len(plots))
     if params is not None:
         files = sorted(f for f in matrices_dir.iterdir() if f.suffix in (".json", ".csv"))
-        log.info("report: logged run %s", log_to_mlflow(params, cohort, files, plots, report, dataset))
+        run_id = log_to_mlflow(params, cohort, files, plots, report, dataset,
+                               drift_decay.metrics(decay) if decay else None)
+        log.info("report: logged run %s", run_id)
     return report

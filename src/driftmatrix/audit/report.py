@@ -60,16 +60,11 @@ def tripped_section(results: Mapping[str, Any] | None) -> str:
     return table(["slice", "check", "status", "observed", "bound", "examples (up to 5)"], rows)
 
 
-def correlation_section(correlations: Sequence[Mapping[str, Any]], figures: Sequence[bytes]) -> str:
-    if not correlations:
-        return ('<p class="note">No model drift matrices found under <code>outputs/matrices/</code>; '
-                'run the matrices stage to correlate data drift with accuracy drop.</p>')
-    rows = [[c["model"], c["measure"], c["n"], "-" if c["spearman"] is None else f"{c['spearman']:.3f}",
-             "-" if c["pvalue"] is None else f"{c['pvalue']:.3g}"] for c in correlations]
-    note = ("<p class='note'>For each pair (i, j &gt; i): drift(i, j) against the model's drop "
-            "M[i, i] - M[i, j] (sign flipped for lower-is-better metrics); Spearman rank correlation.</p>")
-    return note + table(["model", "drift measure", "pairs", "Spearman rho", "p-value"], rows) + \
-        "".join(img(f, "data drift vs model drop") for f in figures)
+def decay_pointer() -> str:
+    return ('<p class="note">The audit runs on the slices, before any model is trained. Its drift '
+            'matrices against each model\'s accuracy drop (Spearman rank correlation) are in the drift-matrix '
+            'report of the report stage (<code>outputs/report/report.html</code>, section "Data drift vs '
+            'model decay").</p>')
 
 
 def render(title: str, sections: Sequence[tuple[str, str]]) -> str:

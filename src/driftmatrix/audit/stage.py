@@ -1,5 +1,9 @@
 """``driftmatrix audit``: between-slice drift matrices, prevalence, plots, report, MLflow.
 
+Reads only the slices and the validation results: the audit runs before any model is trained.
+Data drift against model decay needs the model matrices, so the report stage draws it
+(:mod:`driftmatrix.reporting.drift_decay`) from ``drift.json`` and ``outputs/matrices``.
+
 Writes under ``outputs/audit/``: ``drift.json`` (everything), one CSV per K x K matrix
 (``<measure>.csv``, ``<measure>_pvalue.csv`` for MMD), ``prevalence.csv``, ``plots/label_drift.csv``
 and ``plots/prevalence.csv`` (DVC plots), ``figures/*.png`` and ``report.html``.
@@ -18,7 +22,6 @@ import pandas as pd
 from driftmatrix.audit import drift, figures, report
 from driftmatrix.audit.slices import Slices, axis_names, counts_by_slice, label_levels, load_slices
 from driftmatrix.config import ConfigError
-from driftmatrix.data.table import DataError
 
 
 @dataclass(frozen=True)
@@ -97,26 +100,6 @@ def covariate_measures(slices: Slices, cfg: AuditConfig) -> list[Measure]:
     return out
 
 
-def load_model_matrices(matrices_dir: Path, labels: list[str]) -> list[dict[str, Any]]:
-    """Seed-mean model drift matrices re-indexed onto the audit's slices (NaN where missing)."""
-    from driftmatrix.analysis import matrixfile
-
-    if not matrices_dir.exists():
-        return []
-    try:
-        found = matrixfile.load_folder(matrices_dir)
-    except DataError:  # no matrices yet: the audit draws data drift alone
-        return []
-    out = []
-    for name, mm in found.items():
-        pos = {s: n for n, s in enumerate(mm.slices)}
-        idx = np.array([pos.get(label, -1) for label in labels])
-        mean = mm.mean
-        m = np.where((idx[:, None] >= 0) & (idx[None, :] >= 0), mean[np.ix_(np.maximum(idx, 0), np.maximum(idx, 0))], np.nan)
-        out.append({"model": name, "values": m, "higher_is_better": mm.higher_is_better})
-    return out
-
-
 def _frame(m: np.ndarray, labels: list[str]) -> pd.DataFrame:
     return pd.DataFrame(m, index=pd.Index(labels, name="slice_i"), columns=labels)
 
@@ -142,7 +125,6 @@ class Audit:
     counts: np.ndarray
     n: np.ndarray
     measures: list[Measure]
-    correlations: list[dict[str, Any]]
 
     @property
     def prevalence(self) -> np.ndarray:
@@ -154,19 +136,15 @@ class Audit:
                 "measures": {ms.name: {"title": ms.title, "unit": ms.unit, "values": _json_matrix(ms.values),
                                        "pvalues": _json_matrix(ms.pvalues),
                                        "higher_is_more_drift": ms.higher_is_more_drift,
-                                       "mean_future": _mean_future(ms.values), **ms.info} for ms in self.measures},
-                "correlations": self.correlations}
+                                       "mean_future": _mean_future(ms.values), **ms.info} for ms in self.measures}}
 
 
-def compute(slices: Slices, cfg: AuditConfig, model_matrices: list[dict[str, Any]]) -> Audit:
+def compute(slices: Slices, cfg: AuditConfig) -> Audit:
     meta, k = slices.meta, len(slices.specs)
     levels = label_levels(meta, slices.rows)
     counts, n = counts_by_slice(slices.rows, meta, levels, k)
     measures = label_measures(counts, cfg) + covariate_measures(slices, cfg)
-    correlations = [{"model": mm["model"], "measure": ms.name, "higher_is_better": mm["higher_is_better"],
-                     **drift.correlate(ms.drift, mm["values"], mm["higher_is_better"])}
-                    for mm in model_matrices for ms in measures]
-    return Audit(meta.name, meta.task, slices.labels, axis_names(meta, levels), counts, n, measures, correlations)
+    return Audit(meta.name, meta.task, slices.labels, axis_names(meta, levels), counts, n, measures)
 
 
 def write_tables(audit: Audit, out: Path) -> None:
@@ -201,12 +179,12 @@ def draw_figures(audit: Audit) -> dict[str, bytes]:
     return pngs
 
 
-def run(params: Any, slices_dir: str | Path, out_dir: str | Path, validation_dir: str | Path = "outputs/validation",
-        matrices_dir: str | Path = "outputs/matrices") -> dict[str, Any]:
+def run(params: Any, slices_dir: str | Path, out_dir: str | Path,
+        validation_dir: str | Path = "outputs/validation") -> dict[str, Any]:
     """Measure, write tables, figures and report.html, log to MLflow; returns drift.json's content."""
     cfg = AuditConfig.from_params(params.extra.get("audit"))
     slices = load_slices(slices_dir, images=True)
-    audit = compute(slices, cfg, load_model_matrices(Path(matrices_dir), slices.labels))
+    audit = compute(slices, cfg)
     out = Path(out_dir)
     write_tables(audit, out)
     pngs = draw_figures(audit)
@@ -223,21 +201,18 @@ def _read_json(path: Path) -> Any:
 
 
 def build_report(audit: Audit, pngs: Mapping[str, bytes], validation_dir: Path) -> str:
-    measures, correlations = audit.measures, audit.correlations
+    measures = audit.measures
     results = _read_json(validation_dir / "results.json")
     summary = _read_json(validation_dir / "summary.json")
     drift_imgs = "".join(report.img(pngs[ms.name], ms.title) for ms in measures)
     pvalue_imgs = "".join(report.img(png, name) for name, png in pngs.items() if name.endswith("_pvalue"))
-    scatters = [figures.scatter(c["drift"], c["drop"], c["measure"], "model drop M[i,i]-M[i,j]",
-                                f"{c['model']} (rho={c['spearman']:.2f})")
-                for c in correlations if c["spearman"] is not None][:6]
     sections = [
         ("Validation", report.validation_section(summary, results)),
         ("Slices that tripped a check", report.tripped_section(results)),
         ("Drift matrices", "<p class='note'>Rows = slice i, columns = slice j, time increases up and to the "
                            "right (origin lower-left), as in the model drift matrices.</p>" + drift_imgs + pvalue_imgs),
         ("Label prevalence over time", report.img(pngs["prevalence"], "prevalence")),
-        ("Data drift vs model accuracy drop", report.correlation_section(correlations, scatters)),
+        ("Data drift vs model accuracy drop", report.decay_pointer()),
     ]
     return report.render(f"Data audit: {audit.dataset}", sections)
 
@@ -253,8 +228,6 @@ def log_to_mlflow(params: Any, cfg: AuditConfig, audit: Audit, out: Path) -> str
         mlflow.log_params({"smoothing_alpha": cfg.smoothing_alpha, "top_n": cfg.top_n, "mmd_samples": cfg.mmd_samples,
                            "permutations": cfg.permutations, "image_size": cfg.image_size})
         metrics = {f"{ms.name}_mean_future": _mean_future(ms.values) for ms in audit.measures}
-        metrics.update({f"spearman_{c['model']}_{c['measure']}": c["spearman"] for c in audit.correlations
-                        if c["spearman"] is not None})
         mlflow.log_metrics({k.replace(" ", "_"): v for k, v in metrics.items() if np.isfinite(v)})
         mlflow.log_artifacts(str(out), artifact_path="audit")
         return run.info.run_id

@@ -73,7 +73,24 @@ def _setup_table(cohort) -> str:
     return "<h3>Training setup</h3>" + _table(["model", "seeds", *(label for _, label in keys)], rows, 0)
 
 
-def _sections(cohort, audit_href: str | None, dpi: int) -> list[tuple[str, str, str]]:
+def _decay_section(rows) -> str:
+    """Data drift (audit) against each model's drop: table and scatter plots."""
+    from driftmatrix.reporting import drift_decay
+
+    if not rows:
+        return "<p>The audit measured no drift between slices that the models were scored on.</p>"
+    table = _table(["model", "drift measure", "pairs", "Spearman rho", "p-value"],
+                   [(c["model"], c["measure"], c["n"], "-" if c["spearman"] is None else f"{c['spearman']:.3f}",
+                     "-" if c["pvalue"] is None else f"{c['pvalue']:.3g}") for c in rows], 0)
+    figs = "".join(f"<figure>{_img(png, caption)}<figcaption>{html.escape(caption)}</figcaption></figure>"
+                   for caption, png in drift_decay.scatters(rows))
+    return ("<p>For each pair of slices i &lt; j with both values present: the audit's drift(i, j) (overlap "
+            "read as 1 &minus; overlap) against the model's drop M<sub>ii</sub> &minus; M<sub>ij</sub> "
+            "(sign flipped for lower-is-better metrics, so a positive drop is always worse); Spearman rank "
+            "correlation.</p>" + table + figs)
+
+
+def _sections(cohort, audit_href: str | None, dpi: int, decay=None) -> list[tuple[str, str, str]]:
     """(anchor, title, html body) of every report section."""
     d = decimals_for(cohort.unit)
     fam = cohort.families
@@ -127,6 +144,8 @@ def _sections(cohort, audit_href: str | None, dpi: int) -> list[tuple[str, str, 
         f"<figcaption>{html.escape(caption)}</figcaption></figure>"
         for key, caption, fig in figures.cohort_figures(cohort))
     out.append(("figures", "Figures", figs))
+    if decay is not None:
+        out.append(("drift-decay", "Data drift vs model decay", _decay_section(decay)))
     if audit_href:
         out.append(("audit", "Data audit", f'<p>The data audit of this dataset (label and input drift '
                     f'between slices) is in a separate report: <a href="{html.escape(audit_href)}">'
@@ -134,8 +153,9 @@ def _sections(cohort, audit_href: str | None, dpi: int) -> list[tuple[str, str, 
     return out
 
 
-def render(cohort, title: str | None = None, audit_href: str | None = None, dpi: int = 85) -> str:
-    """The whole report as one HTML string."""
+def render(cohort, title: str | None = None, audit_href: str | None = None, dpi: int = 85, decay=None) -> str:
+    """The whole report as one HTML string; ``decay``: the rows of
+    :func:`driftmatrix.reporting.drift_decay.correlations` (None: no audit, no such section)."""
     title = title or f"Drift matrices: {cohort.first.dataset or 'dataset'}"
     k = len(cohort.slices)
     seeds = sorted({m.n_seeds for m in cohort.models.values()})
@@ -145,7 +165,7 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
             f"{'higher' if cohort.higher_is_better else 'lower'} is better &middot; seeds per model: "
             f"{', '.join(map(str, seeds))} &middot; generated "
             f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
-    sections = _sections(cohort, audit_href, dpi)
+    sections = _sections(cohort, audit_href, dpi, decay)
     nav = "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in sections)
     body = "".join(f'<section id="{a}"><h2>{html.escape(t)}</h2>{b}</section>' for a, t, b in sections)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
@@ -154,7 +174,7 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
 
 
 def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = None,
-        title: str | None = None, cohort=None) -> Path:
+        title: str | None = None, cohort=None, decay=None) -> Path:
     """Write the report of a folder of drift-matrix JSON (or of an already built cohort)."""
     from driftmatrix.analysis import matrixfile
     from driftmatrix.analysis.tables import Cohort
@@ -165,5 +185,5 @@ def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = No
     if audit and Path(audit).exists():
         href = os.path.relpath(Path(audit).resolve(), out.resolve().parent)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(cohort, title, href), encoding="utf-8")
+    out.write_text(render(cohort, title, href, decay=decay), encoding="utf-8")
     return out
