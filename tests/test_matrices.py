@@ -146,6 +146,30 @@ def test_stage_outputs_metrics_and_the_report_stage_draws_and_logs_them(setup, t
         "MLP-S.json", "CNN-S.csv", "summary.json"}
 
 
+def test_a_model_dropped_from_params_loses_its_files_and_nothing_else(setup, tmp_path, caplog):
+    """Run outside DVC (which would empty outputs/matrices first), the stage removes the files it
+    wrote for a model no longer configured, so the report and advisor never read them as current."""
+    from driftmatrix.analysis import matrixfile
+
+    params, _, slices, root = setup
+    out, plots = tmp_path / "matrices", tmp_path / "plots"
+    matrices.run(params, root, out, tmp_path / "metrics.json", plots, slices_dir=slices)
+    assert {f.name for f in out.iterdir()} >= {"CNN-S.json", "CNN-S.csv", "CNN-S_std.csv"}
+    (out / "notes.json").write_text('{"mine": true}')          # not the stage's: kept
+    (out / "README.txt").write_text("kept")
+
+    with caplog.at_level("INFO", logger="driftmatrix.matrices"):
+        matrices.run(_params({"MLP-S": {}}), root, out, tmp_path / "metrics.json", plots, slices_dir=slices)
+    assert sorted(f.name for f in out.iterdir()) == [
+        "MLP-S.csv", "MLP-S.json", "MLP-S_std.csv", "README.txt", "notes.json", "summary.csv", "summary.json"]
+    assert list(matrixfile.load_folder(out)) == ["MLP-S"]
+    assert [r["model"] for r in json.loads((out / "summary.json").read_text())["models"]] == ["MLP-S"]
+    assert list(json.loads((tmp_path / "metrics.json").read_text())) == ["MLP-S"]
+    assert sorted(f.name for f in plots.iterdir()) == ["MLP-S.csv"]
+    assert "removed the files of models no longer configured or scored: CNN-S.json, CNN-S.csv, " \
+           "CNN-S_std.csv" in caplog.text
+
+
 def test_no_scores_is_a_clear_error(setup, tmp_path):
     params, _, slices, _ = setup
     (tmp_path / "empty").mkdir()

@@ -119,6 +119,29 @@ def _clean(v):
     return None if isinstance(v, float) and math.isnan(v) else v
 
 
+def _is_matrix_file(path: Path) -> bool:
+    try:
+        return matrixfile.is_matrix_dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return False
+
+
+def remove_stale(out_dir: Path, models: set[str]) -> list[Path]:
+    """Remove the files this stage wrote for models outside ``models`` (dropped from params.yaml,
+    or with nothing scored now): a drift-matrix JSON and its ``.csv`` / ``_std.csv`` beside it.
+    Run outside DVC (which empties the folder first), they would otherwise reach the report and
+    the advisor as current models. Other files are not the stage's and stay."""
+    removed = []
+    for path in sorted(out_dir.glob("*.json")):
+        if path.stem in models or path.name == "summary.json" or not _is_matrix_file(path):
+            continue
+        for f in (path, path.with_suffix(".csv"), path.with_name(f"{path.stem}_std.csv")):
+            if f.exists():
+                f.unlink()
+                removed.append(f)
+    return removed
+
+
 def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path,
                   plots_dir: Path | None = None) -> list[Path]:
     """Matrix JSON/CSV per model, summary.{json,csv}, DVC metrics (and the long-format matrix
@@ -126,6 +149,10 @@ def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path,
     from driftmatrix.reporting import dvcfiles, text
 
     out_dir.mkdir(parents=True, exist_ok=True)
+    removed = remove_stale(out_dir, set(cohort.models))
+    if removed:
+        log.info("matrices: removed the files of models no longer configured or scored: %s",
+                 ", ".join(f.name for f in removed))
     files = []
     for name, m in cohort.models.items():
         matrixfile.write(m, out_dir / f"{name}.json")
