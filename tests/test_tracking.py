@@ -1,6 +1,7 @@
 """tracking: new sqlite stores start from a cached MLflow schema template."""
 
 import sqlite3
+from pathlib import Path
 
 import pytest
 
@@ -120,3 +121,227 @@ def test_the_registry_sync_writes_only_what_differs(mlflow_store, monkeypatch):
     assert sorted(writes) == [("cutoff-1951", writes[0][1]), ("cutoff-1951-seed-0", writes[0][1])]
     assert aliases()["cutoff-1951"] == aliases()["cutoff-1951-seed-0"] == runs["k-1951-0b"]
     assert aliases()["cutoff-1950"] == runs["k-1950-0"]
+
+
+# --- sync_units: one live run and one registry version per unit ---------------------------------
+
+def _record(cutoff, seed, key, folder=None, dataset="d", model="M", environment=None):
+    """A unit's sidecar record as training writes it (``folder``: its checkpoint, for the digest)."""
+    import hashlib
+
+    record = {"unit": {"dataset": dataset, "model": model, "family": "F", "seed": seed, "cutoff": cutoff,
+                       "cutoff_index": int(cutoff) - 1950, "window": [0], "key": key},
+              "window": "cumulative", "params": {"epochs": 1}, "losses": [0.7, 0.5], "train_rows": 10,
+              "started": 1_700_000_000.0 + int(cutoff) + seed, "ended": 1_700_000_100.0, "seconds": 1.5,
+              "tags": {}}
+    if folder is not None:
+        record["weights_digest"] = hashlib.sha256((folder / "model.safetensors").read_bytes()).hexdigest()
+    if environment is not None:
+        record["environment"] = environment
+    return record
+
+
+def _units(root, weights=b"w", **kw):
+    """Two cutoffs x two seeds, each with a checkpoint folder: (records, folders)."""
+    records, folders = [], {}
+    for cutoff in ("1950", "1951"):
+        for seed in (0, 1):
+            key = f"k-{cutoff}-{seed}"
+            folder = root / key
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "model.safetensors").write_bytes(weights + key.encode())
+            (folder / "model.json").write_text("{}")
+            records.append(_record(cutoff, seed, key, folder, **kw))
+            folders[key] = folder
+    return records, folders
+
+
+def _cfg(tmp_path, **kw):
+    return TrackingConfig(**{"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "sync",
+                             "artifact_root": str(tmp_path / "mlruns"), **kw})
+
+
+def _store_state(exp_name="sync"):
+    """(unit key -> live run ids, unit key -> [(registered name, version, run id)])."""
+    import mlflow
+    from mlflow.entities import ViewType
+
+    client = mlflow.MlflowClient()
+    exp_id = client.get_experiment_by_name(exp_name).experiment_id
+    runs: dict[str, list] = {}
+    for r in client.search_runs([exp_id], "tags.kind = 'cutoff'", run_view_type=ViewType.ACTIVE_ONLY):
+        runs.setdefault(r.data.tags["unit_key"], []).append(r)
+    versions: dict[str, list] = {}
+    for v in client.search_model_versions("", max_results=10_000):
+        versions.setdefault(v.tags.get("unit_key"), []).append((v.name, str(v.version), v.run_id))
+    return runs, versions
+
+
+def _one_each(records, name):
+    """Exactly one live FINISHED run and one version (of ``name``, on that run) per unit."""
+    runs, versions = _store_state()
+    keys = {r["unit"]["key"] for r in records}
+    assert set(runs) == keys and set(versions) == keys
+    for key in keys:
+        assert len(runs[key]) == 1 and runs[key][0].info.status == "FINISHED", runs[key]
+        assert [(n, rid) for n, _, rid in versions[key]] == [(name, runs[key][0].info.run_id)], versions[key]
+    return {k: v[0] for k, v in runs.items()}
+
+
+def test_a_renamed_dataset_keeps_one_run_and_one_version_per_unit(mlflow_store, tmp_path):
+    """Unit keys do not include the dataset's name: renaming it must not duplicate anything."""
+    records, folders = _units(tmp_path / "ckpt")
+    cfg = _cfg(tmp_path)
+    first = tracking.sync_units(cfg, "old", "M", records, folders)
+    second = tracking.sync_units(cfg, "new", "M", records, folders)
+    assert second == first  # the same runs
+    runs = _one_each(records, "new.M")
+    assert {r.data.tags["dataset"] for r in runs.values()} == {"new"}
+    import mlflow
+
+    aliases = mlflow.MlflowClient().get_registered_model("new.M").aliases
+    assert set(aliases) == {"cutoff-1950", "cutoff-1951", "cutoff-1950-seed-0", "cutoff-1950-seed-1",
+                            "cutoff-1951-seed-0", "cutoff-1951-seed-1"}
+    assert tracking.sync_units(cfg, "new", "M", records, folders) == first
+
+
+def test_another_dataset_with_the_same_model_is_left_alone(mlflow_store, tmp_path):
+    """Runs are found by model and unit key: another dataset's units of that model, in the same
+    slots under other keys, are neither superseded nor deregistered."""
+    a, fa = _units(tmp_path / "a", weights=b"a")
+    b, fb = _units(tmp_path / "b", weights=b"b")
+    for r in b:
+        r["unit"]["key"] = "b" + r["unit"]["key"]
+    fb = {"b" + k: v for k, v in fb.items()}
+    cfg = _cfg(tmp_path)
+    ra = tracking.sync_units(cfg, "A", "M", a, fa)
+    rb = tracking.sync_units(cfg, "B", "M", b, fb)
+    runs, versions = _store_state()
+    assert {k: [r.info.run_id for r in v] for k, v in runs.items()} == {k: [v] for k, v in {**ra, **rb}.items()}
+    assert all(len(v) == 1 for v in versions.values()) and len(versions) == 8
+
+
+def test_retrained_weights_under_the_same_key_replace_the_run_and_version(mlflow_store, tmp_path):
+    records, folders = _units(tmp_path / "ckpt")
+    cfg = _cfg(tmp_path)
+    first = tracking.sync_units(cfg, "d", "M", records, folders)
+    (folders["k-1951-0"] / "model.safetensors").write_bytes(b"retrained")
+    retrained = [_record(r["unit"]["cutoff"], r["unit"]["seed"], r["unit"]["key"], folders[r["unit"]["key"]])
+                 for r in records]
+    second = tracking.sync_units(cfg, "d", "M", retrained, folders)
+    assert second["k-1951-0"] != first["k-1951-0"]
+    assert {k: v for k, v in second.items() if k != "k-1951-0"} == {k: v for k, v in first.items()
+                                                                     if k != "k-1951-0"}
+    runs = _one_each(records, "d.M")
+    assert runs["k-1951-0"].data.tags["weights_digest"] == retrained[2]["weights_digest"]
+    import mlflow
+
+    client = mlflow.MlflowClient()
+    old = client.get_run(first["k-1951-0"])
+    assert old.info.lifecycle_stage == "deleted" and "superseded_by" in old.data.tags
+    folder = mlflow.artifacts.download_artifacts(f"runs:/{second['k-1951-0']}/model", dst_path=str(tmp_path / "dl"))
+    assert (Path(folder) / "model.safetensors").read_bytes() == b"retrained"
+    assert tracking.sync_units(cfg, "d", "M", retrained, folders) == second  # stable
+
+
+def test_turning_log_models_on_logs_the_models_of_runs_made_without(mlflow_store, tmp_path):
+    import mlflow
+
+    records, folders = _units(tmp_path / "ckpt")
+    first = tracking.sync_units(_cfg(tmp_path, log_models=False, register=False), "d", "M", records, folders)
+    assert _store_state()[1] == {}
+    second = tracking.sync_units(_cfg(tmp_path), "d", "M", records, folders)
+    assert second == first  # the runs are kept ...
+    _one_each(records, "d.M")
+    for key, run_id in second.items():  # ... and now hold their models, which the versions point at
+        folder = mlflow.artifacts.download_artifacts(f"models:/d.M@{tracking.alias_for(key[2:6], int(key[-1]))}",
+                                                     dst_path=str(tmp_path / "dl" / key))
+        assert (Path(folder) / "model.safetensors").read_bytes() == (folders[key] / "model.safetensors").read_bytes()
+        assert mlflow.MlflowClient().get_run(run_id).data.tags["model_logged"] == "true"
+
+
+def test_register_without_log_models_is_a_config_error():
+    from driftmatrix.config import ConfigError, parse_params
+
+    with pytest.raises(ConfigError, match=r"^params.yaml: tracking.register: .*log_models") as err:
+        parse_params({"models": {"M": {}}, "tracking": {"log_models": False, "register": True}})
+    assert "\n" not in str(err.value)
+    assert parse_params({"models": {"M": {}}, "tracking": {"log_models": False}}).tracking.register is False
+    assert parse_params({"models": {"M": {}}}).tracking.register is True
+
+
+def test_runs_record_what_computed_their_unit(mlflow_store, tmp_path):
+    env = {"precision": "bf16", "device": "cuda:0", "threads": 4, "libraries": {"torch": "2.14.1", "numpy": "2.4.6"},
+           "hardware": "NVIDIA H200"}
+    records, folders = _units(tmp_path / "ckpt", environment=env)
+    tracking.sync_units(_cfg(tmp_path), "d", "M", records, folders)
+    runs = _one_each(records, "d.M")
+    for record in records:
+        tags = runs[record["unit"]["key"]].data.tags
+        assert {k: tags.get(k) for k in ("precision", "device", "threads", "hardware", "lib.torch", "lib.numpy",
+                                         "weights_digest")} == {
+            "precision": "bf16", "device": "cuda:0", "threads": "4", "hardware": "NVIDIA H200",
+            "lib.torch": "2.14.1", "lib.numpy": "2.4.6", "weights_digest": record["weights_digest"]}
+
+
+def _sync_in_process(cfg, records, folders, barrier, results):
+    """One of two syncs at once (a manual evaluate beside ``dvc repro``): set up, wait, sync."""
+    tracking.configure(cfg)
+    barrier.wait(timeout=120)
+    results.put(tracking.sync_units(cfg, "d", "M", records, folders))
+
+
+def test_two_syncs_at_once_leave_one_run_and_one_version_per_unit(mlflow_store, tmp_path):
+    import multiprocessing
+
+    records, folders = _units(tmp_path / "ckpt")
+    cfg = _cfg(tmp_path)
+    tracking.configure(cfg)  # the store and experiment exist before the two writers start
+    tracking.close_stores()
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(2), ctx.Queue()
+    procs = [ctx.Process(target=_sync_in_process, args=(cfg, records, folders, barrier, results))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(timeout=300)
+    assert [p.exitcode for p in procs] == [0, 0]
+    done = [results.get(timeout=5) for _ in procs]
+    runs = _one_each(records, "d.M")
+    assert done[0] == done[1] == {k: r.info.run_id for k, r in runs.items()}  # neither lost the other's
+
+
+def test_a_sync_keeps_the_first_duplicate_and_leaves_live_writers_alone(mlflow_store, tmp_path):
+    """What a sync finds of another writer on a store a file lock cannot reach: a duplicate of a
+    unit's run and version (the first run by start time, then id, stays: every writer keeps the
+    same one), a run it is still writing (left alone) and one a killed writer left (deleted)."""
+    import socket
+    import subprocess
+    import sys
+
+    import mlflow
+
+    records, folders = _units(tmp_path / "ckpt")
+    cfg = _cfg(tmp_path)
+    first = tracking.sync_units(cfg, "d", "M", records, folders)
+    client = mlflow.MlflowClient()
+    exp_id = client.get_experiment_by_name("sync").experiment_id
+    key = records[0]["unit"]["key"]
+    dup = tracking.create_unit_run(client, exp_id, records[0], folders[key], {"dataset": "d"})
+    client.create_model_version("d.M", f"runs:/{dup}/model", run_id=dup,
+                                tags={"unit_key": key, "cutoff": "1950", "seed": "0"})
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    unfinished = {}
+    for name, driver in (("busy", tracking.driver_id()), ("killed", f"{socket.gethostname()}:{gone}")):
+        unfinished[name] = client.create_run(exp_id, tags={"kind": "cutoff", "model": "M", "unit_key": f"k-{name}",
+                                                           tracking.DRIVER_TAG: driver}).info.run_id
+    again = tracking.sync_units(cfg, "d", "M", records, folders)
+    assert again == {**first, key: min(first[key], dup)}  # equal start times: the lower id
+    assert tracking.live_runs(exp_id, "d", "M") == again
+    runs, versions = _store_state()
+    assert {k: [r.info.run_id for r in v] for k, v in runs.items()} == {
+        **{k: [v] for k, v in again.items()}, "k-busy": [unfinished["busy"]]}
+    assert {k: [rid for _, _, rid in v] for k, v in versions.items()} == {k: [v] for k, v in again.items()}
+    assert client.get_run(unfinished["killed"]).info.lifecycle_stage == "deleted"

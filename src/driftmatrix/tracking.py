@@ -1,7 +1,7 @@
 """MLflow at the edge: one run and one registry version per unit, written by the driver alone.
 
 Workers and stages never write MLflow while they compute. Finished units leave a checkpoint and
-a sidecar (``training.CheckpointStore``); :func:`sync_units` then makes MLflow agree with them in
+a sidecar (``checkpoints.CheckpointStore``); :func:`sync_units` then makes MLflow agree with them in
 one pass per model: every current unit gets exactly one live FINISHED run (created from its
 sidecar with the recorded training times, or restored if it was soft-deleted), one registered
 version and its cutoff aliases; a unit redone under a new key supersedes the old one (run
@@ -230,13 +230,17 @@ def quiet_mlflow():
         logger.setLevel(level)
 
 
-def model_runs(exp_id: str, dataset: str, model: str) -> list[Any]:
-    """Every unit run of one (dataset, model), deleted ones included (one paged search)."""
+def model_runs(exp_id: str, model: str) -> list[Any]:
+    """Every unit run of ``model``, deleted ones included (one paged search).
+
+    Runs are found by model and told apart by unit key, never by dataset name: a unit key does
+    not include the name, so a renamed dataset (or two presets on one data folder) keeps its runs.
+    """
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
     client, runs, token = MlflowClient(), [], None
-    filt = tag_filter({"kind": "cutoff", "dataset": dataset, "model": model})
+    filt = tag_filter({"kind": "cutoff", "model": model})
     while True:
         page = client.search_runs([exp_id], filter_string=filt, run_view_type=ViewType.ALL,
                                   max_results=5000, page_token=token)
@@ -246,10 +250,77 @@ def model_runs(exp_id: str, dataset: str, model: str) -> list[Any]:
             return runs
 
 
+def _first(run) -> tuple:
+    """Order of duplicates: the first is the survivor (live before deleted, then the oldest start,
+    then the run id), so that writers that see the same runs keep the same one."""
+    return run.info.lifecycle_stage != "active", run.info.start_time or 0, run.info.run_id
+
+
 def live_runs(exp_id: str, dataset: str, model: str) -> dict[str, str]:
-    """unit key -> id of its live FINISHED run."""
-    return {r.data.tags["unit_key"]: r.info.run_id for r in model_runs(exp_id, dataset, model)
-            if r.info.lifecycle_stage == "active" and r.info.status == "FINISHED" and "unit_key" in r.data.tags}
+    """unit key -> id of its live FINISHED run (``dataset`` is not a filter, see :func:`model_runs`)."""
+    found: dict[str, str] = {}
+    for r in sorted(model_runs(exp_id, model), key=_first):
+        if r.info.lifecycle_stage == "active" and r.info.status == "FINISHED" and "unit_key" in r.data.tags:
+            found.setdefault(r.data.tags["unit_key"], r.info.run_id)
+    return found
+
+
+WEIGHTS_TAG = "weights_digest"  # sha256 of the unit's model.safetensors
+MODEL_TAG = "model_logged"  # "true" when the run holds its ``model`` artifact
+
+
+def unit_tags(record: Mapping[str, Any]) -> dict[str, str]:
+    """What computed a unit, from its record: the weights' digest, precision, device, threads,
+    hardware (CPU instruction set or GPU model) and library versions (``lib.<name>``)."""
+    env = record.get("environment") or {}
+    tags = {k: env[k] for k in ("precision", "device", "threads", "hardware") if env.get(k) is not None}
+    tags.update({f"lib.{name}": version for name, version in (env.get("libraries") or {}).items()})
+    if record.get("weights_digest"):
+        tags[WEIGHTS_TAG] = record["weights_digest"]
+    return {k: str(v)[:5000] for k, v in tags.items()}
+
+
+def same_weights(run, record: Mapping[str, Any]) -> bool:
+    """Whether ``run`` was made from the weights ``record`` describes (a record without a digest,
+    written before digests were, cannot tell: it matches)."""
+    digest = record.get("weights_digest")
+    return not digest or run.data.tags.get(WEIGHTS_TAG) == digest
+
+
+def _driver_alive(run) -> bool:
+    """A RUNNING run that a live process is still writing (never ours to delete)."""
+    driver = run.data.tags.get(DRIVER_TAG)
+    return run.info.status == "RUNNING" and bool(driver) and not _process_gone(driver)
+
+
+def plan_runs(runs: Sequence[Any], dataset: str,
+              wanted: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], list[tuple[Any, str | None]]]:
+    """What a sync does with the runs of one model: (unit key -> its surviving run, which may be a
+    deleted one to restore; [(run to delete, ``superseded_by`` tag or None)]).
+
+    A unit's survivor is its first FINISHED run (:func:`_first`) made from the record's weights.
+    Deleted: live duplicates, runs of older weights under the same key, runs a killed sync left
+    unfinished, and this dataset's runs of a unit redone under a new key in the same slot. Left
+    alone: RUNNING runs of live processes (another sync at work) and other datasets' units.
+    """
+    slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): k for k, r in wanted.items()}
+    keep: dict[str, Any] = {}
+    drop: list[tuple[Any, str | None]] = []
+    for r in sorted(runs, key=_first):
+        tags, active = r.data.tags, r.info.lifecycle_stage == "active"
+        key, finished = tags.get("unit_key"), r.info.status == "FINISHED"
+        slot = (tags.get("cutoff"), tags.get("seed"))
+        if key in wanted and finished and same_weights(r, wanted[key]) and key not in keep:
+            keep[key] = r
+        elif not active or _driver_alive(r):
+            continue
+        elif key in wanted and finished and not same_weights(r, wanted[key]):
+            drop.append((r, f"{key} (weights {str(wanted[key]['weights_digest'])[:12]})"))
+        elif key in wanted or not finished:  # a duplicate, or left by a kill
+            drop.append((r, None))
+        elif tags.get("dataset") == dataset and slot in slots and key != slots[slot]:
+            drop.append((r, slots[slot]))  # the unit was redone under a new key
+    return keep, drop
 
 
 def _metric(key: str, value: float, ts: int, step: int = 0):
@@ -275,7 +346,8 @@ def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path
     unit = record["unit"]
     tags = {"kind": "cutoff", "dataset": unit["dataset"], "model": unit["model"], "family": unit["family"],
             "cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]), "seed": str(unit["seed"]),
-            "unit_key": unit["key"], "window": record.get("window", ""), **dict(extra_tags),
+            "unit_key": unit["key"], "window": record.get("window", ""), **unit_tags(record),
+            MODEL_TAG: str(folder is not None).lower(), DRIVER_TAG: driver_id(), **dict(extra_tags),
             **dict(record.get("tags") or {})}
     started, ended = int(record["started"] * 1000), int(record["ended"] * 1000)
     run = client.create_run(exp_id, start_time=started, tags=tags,
@@ -319,56 +391,131 @@ def sync_units(cfg: TrackingConfig, dataset: str, model: str, current: Sequence[
     ``current``: sidecar records of the current plan's finished units; ``folders``: unit key ->
     its checkpoint folder (weights, description, record), logged as the run's ``model``;
     ``row``: what a run created now carries of its drift-matrix row (see :func:`create_unit_run`).
+    Syncs of one local store take turns (:func:`store_lock`); on other stores, syncs at once
+    leave each other's unfinished runs alone and keep the same survivor of duplicates.
     """
+    with store_lock(tracking_uri(cfg)):
+        return _sync_units(cfg, dataset, model, current, folders, extra_tags, row)
+
+
+def _sync_units(cfg, dataset, model, current, folders, extra_tags, row) -> dict[str, str]:
     from mlflow.tracking import MlflowClient
 
     exp_id = configure(cfg)
     client = MlflowClient()
-    runs = model_runs(exp_id, dataset, model)
     wanted = {r["unit"]["key"]: r for r in current}
-    slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): r["unit"]["key"] for r in current}
-    by_key: dict[str, str] = {}
-    created = restored = superseded = 0
-    tags = {"git_commit": git_commit(), **dict(extra_tags)}
-    for r in sorted(runs, key=lambda r: (r.info.status != "FINISHED", r.info.lifecycle_stage != "active")):
-        key, status, active = r.data.tags.get("unit_key"), r.info.status, r.info.lifecycle_stage == "active"
-        slot = (r.data.tags.get("cutoff"), r.data.tags.get("seed"))
-        if key in wanted and status == "FINISHED" and key not in by_key:
-            if not active:
-                client.restore_run(r.info.run_id)
-                if "superseded_by" in r.data.tags:
-                    client.delete_tag(r.info.run_id, "superseded_by")
-                restored += 1
-            by_key[key] = r.info.run_id
-        elif active and (key in wanted or status != "FINISHED"):  # duplicate, or left by a kill
-            client.delete_run(r.info.run_id)
-        elif active and slot in slots and key != slots[slot]:  # the unit was redone under a new key
-            client.set_tag(r.info.run_id, "superseded_by", slots[slot])
-            client.delete_run(r.info.run_id)
-            superseded += 1
+    tags = {"git_commit": git_commit(), **dict(extra_tags), "dataset": dataset}
+    keep, drop = plan_runs(model_runs(exp_id, model), dataset, wanted)
+    restored = _apply(client, keep, drop)
+    by_key = {key: r.info.run_id for key, r in keep.items()}
+    created = 0
     for key, record in wanted.items():
         if key not in by_key:
             by_key[key] = create_unit_run(client, exp_id, record, folders[key] if cfg.log_models else None, tags,
                                           row)
             created += 1
+    if created:  # another writer may have made the same units meanwhile: keep the same survivors
+        keep, more = plan_runs(model_runs(exp_id, model), dataset, wanted)
+        _apply(client, keep, more)
+        drop += more
+        by_key = {key: r.info.run_id for key, r in keep.items()}
+    for key, r in keep.items():
+        if r.data.tags.get("dataset") != dataset:  # a renamed dataset
+            client.set_tag(r.info.run_id, "dataset", dataset)
+        if cfg.log_models and not _has_model(client, r):  # a run made while log_models was off
+            client.log_artifacts(r.info.run_id, str(folders[key]), artifact_path="model")
+            client.set_tag(r.info.run_id, MODEL_TAG, "true")
     if cfg.register and cfg.log_models:
-        sync_registry(client, registered_name(dataset, model), [wanted[k] for k in wanted], by_key)
+        sync_registry(client, registered_name(dataset, model), list(wanted.values()), by_key)
+    superseded = sum(1 for _, by in drop if by)
     if created or restored or superseded:
         log.info("mlflow %s: %d runs created, %d restored, %d superseded (%d live)", model, created,
                  restored, superseded, len(by_key))
     return by_key
 
 
+def _apply(client, keep: Mapping[str, Any], drop: Sequence[tuple[Any, str | None]]) -> int:
+    """Carry out :func:`plan_runs`: restore deleted survivors, delete the rest; how many restored."""
+    for r, superseded_by in drop:
+        if superseded_by:
+            client.set_tag(r.info.run_id, "superseded_by", superseded_by)
+        client.delete_run(r.info.run_id)
+    restored = [r for r in keep.values() if r.info.lifecycle_stage != "active"]
+    for r in restored:
+        client.restore_run(r.info.run_id)
+        if "superseded_by" in r.data.tags:
+            client.delete_tag(r.info.run_id, "superseded_by")
+    return len(restored)
+
+
+def _has_model(client, run) -> bool:
+    """Whether ``run`` holds its ``model`` artifact (runs made before the tag was: by listing)."""
+    logged = run.data.tags.get(MODEL_TAG)
+    return logged == "true" if logged is not None else bool(client.list_artifacts(run.info.run_id, "model"))
+
+
+def lock_path(uri: str) -> Path | None:
+    """The lock file of a local store (``<db>.lock``, ``<folder>.lock`` beside it); None for
+    stores a file lock cannot reach (servers, databases elsewhere)."""
+    from urllib.parse import urlparse
+
+    if uri.startswith("sqlite:///"):
+        store = Path(uri.removeprefix("sqlite:///"))
+    elif uri.startswith("file:"):
+        store = Path(urlparse(uri).path)
+    elif "://" not in uri and not uri.startswith(("databricks", "uc:")):
+        store = Path(uri)  # a plain folder
+    else:
+        return None
+    return store.with_name(store.name + ".lock") if store.name and store.name != ":memory:" else None
+
+
+@contextlib.contextmanager
+def store_lock(uri: str):
+    """Hold the exclusive lock of a local store (see :func:`lock_path`) until the block ends: two
+    syncs at once (a manual ``driftmatrix evaluate`` beside ``dvc repro``, two clones on one store)
+    take turns instead of deleting each other's runs in flight."""
+    import fcntl
+
+    path = lock_path(uri)
+    try:
+        fh = open(path, "a") if path is not None else None
+    except OSError as exc:  # e.g. a read-only folder: MLflow says what it thinks of that itself
+        log.debug("no sync lock at %s (%s)", path, exc)
+        fh = None
+    if fh is None:
+        yield
+        return
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("mlflow: waiting for another sync of %s to finish", uri)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_ids: Mapping[str, str]) -> None:
     """One version per current unit, tagged with cutoff and seed; superseded versions deleted;
     aliases ``cutoff-<label>-seed-<s>`` per seed and ``cutoff-<label>`` for the lowest seed.
-    Only what differs is written: a second sync of the same units changes nothing."""
+    Only what differs is written: a second sync of the same units changes nothing.
+
+    Versions are found by unit key across the model's registered names (``<dataset>.<model>``):
+    a unit's version under another dataset name (renamed since) moves to ``name``; of duplicates
+    (two syncs at once) the oldest version of the unit's run stays.
+    """
     from mlflow.exceptions import MlflowException
 
     try:
         aliases = {a: str(v) for a, v in client.get_registered_model(name).aliases.items()}
     except MlflowException:
-        client.create_registered_model(name, tags={"kind": "driftmatrix"})
+        try:
+            client.create_registered_model(name, tags={"kind": "driftmatrix"})
+        except MlflowException:  # made by another sync meanwhile
+            pass
         aliases = {}
     set_alias = _alias_setter(client)
 
@@ -377,27 +524,23 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
             set_alias(name, alias, version)
             aliases[alias] = version
 
-    def delete(version) -> None:  # MLflow drops the version's aliases with it
-        client.delete_model_version(name, version)
-        for alias in [a for a, v in aliases.items() if v == str(version)]:
-            del aliases[alias]
+    def delete(v) -> None:  # MLflow drops the version's aliases with it
+        client.delete_model_version(v.name, v.version)
+        if v.name == name:
+            for alias in [a for a, n in aliases.items() if n == str(v.version)]:
+                del aliases[alias]
 
-    versions = client.search_model_versions(f"name = {quote(name)}", max_results=100_000)
-    by_key = {v.tags.get("unit_key"): v for v in versions}
-    slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): r["unit"]["key"] for r in records}
-    for v in versions:
-        key, slot = v.tags.get("unit_key"), (v.tags.get("cutoff"), v.tags.get("seed"))
-        if key not in slots.values() and slot in slots:  # superseded by a redone unit
-            delete(v.version)
-            by_key.pop(key, None)
+    model = name.rpartition(".")[2]
+    versions = client.search_model_versions(f"name LIKE {quote('%.' + model)}", max_results=100_000)
+    by_key, stale = registry_plan(versions, name, records, run_ids)
+    for v in stale:
+        delete(v)
     lowest: dict[str, tuple[int, str]] = {}
     with quiet_mlflow():
         for r in records:
             unit = r["unit"]
             version = by_key.get(unit["key"])
-            if version is None or version.run_id != run_ids[unit["key"]]:
-                if version is not None:
-                    delete(version.version)
+            if version is None:
                 version = client.create_model_version(
                     name, f"runs:/{run_ids[unit['key']]}/model", run_id=run_ids[unit["key"]],
                     tags={"cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]),
@@ -408,6 +551,30 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
                 lowest[unit["cutoff"]] = (unit["seed"], str(version.version))
         for cutoff, (_, version) in lowest.items():
             point(alias_for(cutoff), version)
+
+
+def registry_plan(versions: Sequence[Any], name: str, records: Sequence[Mapping[str, Any]],
+                  run_ids: Mapping[str, str]) -> tuple[dict[str, Any], list[Any]]:
+    """(unit key -> its version to keep, [versions to delete]) among a model's ``versions``.
+
+    Kept: the oldest version under ``name`` of each current unit's run. Deleted: the unit's other
+    versions (duplicates, older runs, other dataset names) and, under ``name``, versions of units
+    redone under a new key in the same slot. Other datasets' units are left alone.
+    """
+    slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): r["unit"]["key"] for r in records}
+    current = set(slots.values())
+    keep: dict[str, Any] = {}
+    stale = []
+    for v in sorted(versions, key=lambda v: int(v.version)):
+        key, slot = v.tags.get("unit_key"), (v.tags.get("cutoff"), v.tags.get("seed"))
+        if key in current:
+            if v.name == name and v.run_id == run_ids[key] and key not in keep:
+                keep[key] = v
+            else:
+                stale.append(v)
+        elif v.name == name and slot in slots:  # superseded by a redone unit
+            stale.append(v)
+    return keep, stale
 
 
 def _alias_setter(client):
@@ -500,6 +667,6 @@ def load_registered(dataset: str, model: str, cutoff: str, seed: int | None = No
     uri = f"models:/{registered_name(dataset, model)}@{alias_for(cutoff, seed)}"
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(mlflow.artifacts.download_artifacts(uri, dst_path=tmp))
-        from driftmatrix.training import load_model_folder
+        from driftmatrix.checkpoints import load_model_folder
 
         return load_model_folder(folder)
