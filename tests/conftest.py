@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
-from driftmatrix.config import parse_params
-
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
+# The code under test is this checkout's, whatever folder the venv's editable install points at
+# (a venv shared between clones): in this process and in every process a test starts.
+sys.path.insert(0, str(REPO / "src"))
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
+
+from driftmatrix.config import parse_params  # noqa: E402
 
 
 def make_tiny_params(tmp_path: Path, **overrides) -> "object":

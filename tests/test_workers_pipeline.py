@@ -21,7 +21,7 @@ MODELS = {"MLP-S": {}}
 def _scores(root: Path) -> dict[str, dict]:
     """unit key -> {cell key: value} of every score file under ``root``."""
     out = {}
-    for path in sorted(root.glob("MLP-S/*.json")):
+    for path in sorted(p for p in root.glob("MLP-S/*.json") if p.name != "environment.json"):
         doc = json.loads(path.read_text())
         out[doc["unit"]["key"]] = {k: c["value"] for k, c in doc["cells"].items()}
     return out
