@@ -345,3 +345,21 @@ def test_a_sync_keeps_the_first_duplicate_and_leaves_live_writers_alone(mlflow_s
         **{k: [v] for k, v in again.items()}, "k-busy": [unfinished["busy"]]}
     assert {k: [rid for _, _, rid in v] for k, v in versions.items()} == {k: [v] for k, v in again.items()}
     assert client.get_run(unfinished["killed"]).info.lifecycle_stage == "deleted"
+
+
+def test_syncs_of_one_local_store_take_turns(tmp_path):
+    """The store lock is held across processes (and leaves no file behind in the user's tree)."""
+    import subprocess
+    import sys
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert tracking.lock_folder(uri) == tmp_path
+    assert tracking.lock_folder((tmp_path / "mlruns").as_uri()) == tmp_path
+    assert tracking.lock_folder("http://localhost:5000") is None
+    script = f"from driftmatrix import tracking\nwith tracking.store_lock({uri!r}):\n    print('locked')\n"
+    with tracking.store_lock(uri):
+        other = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+        with pytest.raises(subprocess.TimeoutExpired):
+            other.wait(timeout=3)
+    assert other.communicate(timeout=60)[0] == "locked\n" and other.returncode == 0
+    assert list(tmp_path.iterdir()) == []

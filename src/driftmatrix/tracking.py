@@ -454,48 +454,56 @@ def _has_model(client, run) -> bool:
     return logged == "true" if logged is not None else bool(client.list_artifacts(run.info.run_id, "model"))
 
 
-def lock_path(uri: str) -> Path | None:
-    """The lock file of a local store (``<db>.lock``, ``<folder>.lock`` beside it); None for
-    stores a file lock cannot reach (servers, databases elsewhere)."""
+def lock_folder(uri: str) -> Path | None:
+    """The folder holding a local store (a sqlite database or a file store), whose lock syncs of
+    that store take; None for stores a file lock cannot reach (servers, databases elsewhere)."""
     from urllib.parse import urlparse
 
     if uri.startswith("sqlite:///"):
         store = Path(uri.removeprefix("sqlite:///"))
     elif uri.startswith("file:"):
         store = Path(urlparse(uri).path)
-    elif "://" not in uri and not uri.startswith(("databricks", "uc:")):
-        store = Path(uri)  # a plain folder
+    elif "://" not in uri and not uri.startswith("databricks"):
+        store = Path(uri)  # a plain folder: a file store
     else:
         return None
-    return store.with_name(store.name + ".lock") if store.name and store.name != ":memory:" else None
+    return store.absolute().parent if store.name and store.name != ":memory:" else None
 
 
 @contextlib.contextmanager
 def store_lock(uri: str):
-    """Hold the exclusive lock of a local store (see :func:`lock_path`) until the block ends: two
-    syncs at once (a manual ``driftmatrix evaluate`` beside ``dvc repro``, two clones on one store)
-    take turns instead of deleting each other's runs in flight."""
+    """Hold an exclusive lock of a local store until the block ends: two syncs at once (a manual
+    ``driftmatrix evaluate`` beside ``dvc repro``, two clones on one store) take turns instead of
+    deleting each other's runs in flight.
+
+    The lock is an ``flock`` of the folder holding the store (:func:`lock_folder`), not of a
+    file beside it: nothing new appears in the user's tree (``git status`` of a repro stays
+    clean), and stores side by side in one folder merely take turns too. Where the folder cannot
+    be locked (e.g. some network file systems) the sync goes on without: :func:`plan_runs` keeps
+    syncs at once from deleting each other's runs in flight.
+    """
     import fcntl
 
-    path = lock_path(uri)
+    folder = lock_folder(uri)
     try:
-        fh = open(path, "a") if path is not None else None
-    except OSError as exc:  # e.g. a read-only folder: MLflow says what it thinks of that itself
-        log.debug("no sync lock at %s (%s)", path, exc)
-        fh = None
-    if fh is None:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY) if folder is not None else None
+    except OSError as exc:  # no folder yet: MLflow says what it thinks of that itself
+        log.debug("no sync lock on %s (%s)", folder, exc)
+        fd = None
+    if fd is None:
         yield
         return
-    with fh:
+    try:
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             log.info("mlflow: waiting for another sync of %s to finish", uri)
-            fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            log.debug("no sync lock on %s (%s)", folder, exc)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_ids: Mapping[str, str]) -> None:
@@ -521,7 +529,10 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
 
     def point(alias: str, version: str) -> None:
         if aliases.get(alias) != version:
-            set_alias(name, alias, version)
+            try:
+                set_alias(name, alias, version)
+            except MlflowException:  # another sync made the alias meanwhile: now it is an update
+                set_alias(name, alias, version)
             aliases[alias] = version
 
     def delete(v) -> None:  # MLflow drops the version's aliases with it
