@@ -14,7 +14,10 @@ def test_eval_sets_are_the_test_split_up_to_cutoff_and_the_whole_slice_after():
 def test_a_cell_scores_its_rows_and_an_empty_cell_is_null_not_zero():
     outputs = np.array([[0.0, 1.0], [1.0, 0.0], [0.0, 1.0], [0.0, 1.0]])
     cell = score_cell(outputs, np.array([1, 1, 0, 1]), "binary")
+    stats = cell.pop("stats")  # forward-pass statistics of the estimators (tests/estimate)
     assert cell == {"value": 50.0, "n_eval": 4, "left_out": []}
+    assert stats["pred"] == [1, 3] and stats["confusion"] == [[0, 1], [1, 2]]
+    assert "stats" not in score_cell(outputs[:, :1], np.array([1.0, 2.0, 3.0, 4.0]), "regression")
     empty = score_cell(np.zeros((0, 2)), np.zeros(0, int), "binary")
     assert empty["value"] is None and empty["n_eval"] == 0
     assert row_summary([50.0, None, 100.0], 0) == {"in_distribution": 50.0, "future_mean": 100.0}

@@ -64,14 +64,14 @@ def _covered(path: str, deps: list[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
 
 
-@pytest.mark.parametrize("stage", ["train", "evaluate", "matrices", "saliency"])
+@pytest.mark.parametrize("stage", ["train", "evaluate", "matrices", "estimates", "saliency"])
 def test_every_stage_that_keys_units_depends_on_all_their_code(stage):
     """A module on any catalog model's training or scoring path that a stage keying units does not
     declare would let DVC skip the stage while the keys changed."""
     from driftmatrix.models.registry import REGISTRY
 
     code = {"driftmatrix.provenance", "driftmatrix.checkpoints"}
-    if stage in ("evaluate", "matrices"):  # they key cells too
+    if stage in ("evaluate", "matrices", "estimates"):  # they key cells too
         code |= set(provenance.SCORE_CODE)
     for spec in REGISTRY.values():
         code |= set(provenance.train_code(spec.build.module, bool(spec.encoder)))

@@ -200,6 +200,46 @@ def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
               plots_dir=plots or stage.DVC_MATRICES)
 
 
+@app.command()
+def backtest(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("outputs/scores")),
+             slices: Path = typer.Option(Path("outputs/slices")),
+             out: Path = typer.Option(Path("outputs/estimates")),
+             metrics: Path = typer.Option(None, help="DVC metrics file [default: metrics/estimates.json]."),
+             track: bool = typer.Option(False, "--track", help="Log one MLflow run (the estimates stage does).")) -> None:
+    """Backtest every label-free estimator on the drift matrices: each future cell estimated from
+    what was known at its cutoff, against its true value (docs/estimates.md)."""
+    from driftmatrix.estimate import stage
+
+    result = stage.run(_params(params), slices, scores, out, metrics or stage.DVC_METRICS, track=track)
+    for model, s in result.items():
+        typer.echo(f"{model}: noise floor {s['noise_floor']}, best {s.get('best_method')} "
+                   f"(MAE {s[s['best_method']]['mae'] if 'best_method' in s else 'n/a'})")
+
+
+@app.command()
+def estimate(data: Path = typer.Option(..., "--data", help="The new period: a folder of images in the dataset's "
+                                       "format (labels ignored) or an .npy of uint8 images."),
+             params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
+             scores: Path = typer.Option(Path("outputs/scores")),
+             checkpoints: Path = typer.Option(Path("outputs/checkpoints")),
+             estimates: Path = typer.Option(Path("outputs/estimates"), help="Where backtest.json is."),
+             out: Path = typer.Option(Path("outputs/estimates/new-period")),
+             ahead: int = typer.Option(1, min=1, help="Periods between the last slice and the new one."),
+             latest: bool = typer.Option(False, help="Only the latest cutoff's units (the deployed ones)."),
+             registry: bool = typer.Option(False, help="Load the models from the MLflow registry, not the checkpoints.")) -> None:
+    """Every cutoff model's score on a new period before its labels arrive, per method, and a
+    `retrain` flag when the best-backtested method drops more than estimate.alert_drop points."""
+    from driftmatrix.config import estimate_config
+    from driftmatrix.estimate import newperiod
+
+    p = _params(params)
+    records = newperiod.run(p, data, slices, scores, checkpoints, estimates, out, ahead=ahead, latest=latest,
+                            source="registry" if registry else "checkpoints")
+    typer.echo(newperiod.render(records, estimate_config(p).alert_drop))
+    flagged = sorted({f"{r['model']}@{r['cutoff']}" for r in records if r["retrain"]})
+    typer.echo(f"\nretrain: {', '.join(flagged) if flagged else 'none'} -> {out}")
+
+
 @app.command("repair-lock")
 def repair_lock(path: Path = typer.Argument(Path("dvc.lock"))) -> None:
     """Move a dvc.lock torn by a killed `dvc repro` aside (`make repro` does this first)."""

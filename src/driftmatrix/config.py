@@ -98,6 +98,20 @@ class TrackingConfig:
 
 
 @dataclass(frozen=True)
+class EstimateConfig:
+    """``estimate:`` (label-free estimates of a new period; docs/estimates.md)."""
+
+    alert_drop: float = field(default=5.0, metadata=NON_NEGATIVE)  # points below M[i, i] that flag `retrain`
+    label_shift: float = field(default=0.1, metadata=_bound(lambda v: 0 <= v <= 1, "a value in [0, 1]"))
+    min_ess: float = field(default=30.0, metadata=NON_NEGATIVE)  # IW weights' effective sample size below: flagged
+
+
+def estimate_config(params: "Params") -> EstimateConfig:
+    """The ``estimate:`` section (it lives in ``params.extra``), checked like the others."""
+    return build(EstimateConfig, params.extra.get("estimate"), "params.yaml: estimate")
+
+
+@dataclass(frozen=True)
 class Params:
     dataset: DatasetConfig = DatasetConfig()
     synthetic: SyntheticConfig = SyntheticConfig()
@@ -195,6 +209,7 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     params = Params(models=models, extra=extra, **built)
     for name in models:  # validate every override early, with the model named
         params.train_for(name)
+    build(EstimateConfig, extra.get("estimate"), f"{source}: estimate")
     return params
 
 
@@ -234,6 +249,8 @@ __all__ = [
     "SlicingConfig",
     "TrainConfig",
     "TrackingConfig",
+    "EstimateConfig",
+    "estimate_config",
     "Params",
     "build",
     "parse_params",

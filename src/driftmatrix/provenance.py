@@ -38,7 +38,7 @@ SCORE_CODE = ("driftmatrix.evaluation", "driftmatrix.tasks")
 #: Modules that read cached encoder features, for models with an encoder.
 ENCODER_CODE = ("driftmatrix.features.cache", "driftmatrix.features.encoders")
 #: Bump when a stored cell's format or meaning changes.
-SCORE_FORMAT = 1
+SCORE_FORMAT = 2  # 2: cells carry forward-pass statistics (evaluation.forward_stats)
 #: Libraries whose versions change a unit's numbers.
 NUMERIC_LIBRARIES = ("torch", "numpy")
 

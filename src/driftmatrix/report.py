@@ -55,9 +55,11 @@ def log_to_mlflow(params: Params, cohort: Cohort, matrices: list[Path], plots: l
 
 def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path = "outputs/report/report.html",
         audit: str | Path | None = "outputs/audit/report.html", title: str | None = None,
-        params: Params | None = None) -> Path:
+        params: Params | None = None, estimates: str | Path | None = None) -> Path:
     """The whole stage; returns the report's path. With ``params``, the MLflow run is logged to
-    its tracking store (the DVC stage); without, nothing is tracked (a report of any folder)."""
+    its tracking store (the DVC stage); without, nothing is tracked (a report of any folder).
+    ``estimates``: the estimates stage's folder (default: ``estimates/`` beside the matrices; its
+    section appears when it holds a backtest)."""
     from driftmatrix.reporting import drift_decay, html
 
     matrices_dir, report_path = Path(matrices_dir), Path(report_path)
@@ -69,7 +71,8 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
     if decay is not None:
         (report_path.parent / "drift_vs_decay.json").write_text(json.dumps(decay, indent=2))
     report = html.run(matrices_dir, report_path, audit=audit, title=title or f"Drift matrices: {dataset}",
-                      cohort=cohort, decay=decay)
+                      cohort=cohort, decay=decay,
+                      estimates=estimates if estimates is not None else matrices_dir.parent / "estimates")
     log.info("report: %s (%d heatmaps)", report, len(plots))
     if params is not None:
         files = sorted(f for f in matrices_dir.iterdir() if f.suffix in (".json", ".csv"))

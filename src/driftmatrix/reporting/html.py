@@ -31,6 +31,7 @@ figcaption{font-size:.85em;color:#555}.meta{color:#666;font-size:.9em}
 .cutoffs{display:flex;flex-wrap:wrap;gap:1.2em}.cutoffs>div{flex:0 0 auto}
 nav a{margin-right:1em}
 """ + interactive.CSS
+ESTIMATES_CSS = ".errmap td{min-width:1.6em;padding:.1em .2em;font-size:.8em}"
 
 
 def _num(v, d: int) -> str:
@@ -153,9 +154,11 @@ def _sections(cohort, audit_href: str | None, dpi: int, decay=None) -> list[tupl
     return out
 
 
-def render(cohort, title: str | None = None, audit_href: str | None = None, dpi: int = 85, decay=None) -> str:
+def render(cohort, title: str | None = None, audit_href: str | None = None, dpi: int = 85, decay=None,
+           estimates: str | Path | None = None) -> str:
     """The whole report as one HTML string; ``decay``: the rows of
-    :func:`driftmatrix.reporting.drift_decay.correlations` (None: no audit, no such section)."""
+    :func:`driftmatrix.reporting.drift_decay.correlations` (None: no audit, no such section);
+    ``estimates``: a folder of the estimates stage (its section when it holds a backtest)."""
     title = title or f"Drift matrices: {cohort.first.dataset or 'dataset'}"
     k = len(cohort.slices)
     seeds = sorted({m.n_seeds for m in cohort.models.values()})
@@ -166,15 +169,21 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
             f"{', '.join(map(str, seeds))} &middot; generated "
             f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
     sections = _sections(cohort, audit_href, dpi, decay)
+    if estimates is not None:
+        from driftmatrix.reporting import estimates as est_section
+
+        extra = est_section.section(estimates)
+        if extra is not None:
+            sections.append(extra)
     nav = "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in sections)
     body = "".join(f'<section id="{a}"><h2>{html.escape(t)}</h2>{b}</section>' for a, t, b in sections)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
-            f"</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"</title><style>{CSS}{ESTIMATES_CSS}</style></head><body><h1>{html.escape(title)}</h1>"
             f'<p class="meta">{meta}</p><nav>{nav}</nav>{body}</body></html>')
 
 
 def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = None,
-        title: str | None = None, cohort=None, decay=None) -> Path:
+        title: str | None = None, cohort=None, decay=None, estimates: str | Path | None = None) -> Path:
     """Write the report of a folder of drift-matrix JSON (or of an already built cohort)."""
     from driftmatrix.analysis import matrixfile
     from driftmatrix.analysis.tables import Cohort
@@ -185,5 +194,5 @@ def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = No
     if audit and Path(audit).exists():
         href = os.path.relpath(Path(audit).resolve(), out.resolve().parent)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(cohort, title, href, decay=decay), encoding="utf-8")
+    out.write_text(render(cohort, title, href, decay=decay, estimates=estimates), encoding="utf-8")
     return out

@@ -1,0 +1,205 @@
+"""The drift matrix as a backtest of every estimator (pure: arrays in, arrays and numbers out).
+
+Each future cell M[i, j > i] of a model's seed-level matrices is estimated as it could have been
+at cutoff i: from :func:`history` (the cells of rows and columns up to i, every seed) and the
+period's statistics without labels, then compared with its true value. :func:`estimate_cell` is
+the only place that decides what an estimate may see, and tests/estimate poison everything else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
+
+import numpy as np
+
+from driftmatrix.estimate.cells import CellStats, pooled
+from driftmatrix.estimate.methods import METHODS, Estimate, estimate_all, total_variation
+
+
+@dataclass(frozen=True)
+class ModelScores:
+    """One model's seed-level cells: values and rows scored (S, K, K), per-cell statistics
+    ``stats[s][i][j]`` (None where a cell has none) and each cutoff's training window."""
+
+    model: str
+    slices: Sequence[str]
+    seeds: Sequence[int]
+    values: np.ndarray
+    n_eval: np.ndarray
+    stats: Sequence[Sequence[Sequence[CellStats | None]]]
+    windows: Sequence[Sequence[int]]
+    higher_is_better: bool = True
+    metric: str = "accuracy"
+    family: str | None = None
+
+    @property
+    def K(self) -> int:
+        return len(self.slices)
+
+
+def history(ms: ModelScores, i: int) -> ModelScores:
+    """What is known at cutoff i: rows and columns 0..i of every seed (labels included: those
+    periods have been labelled by then). Nothing of a later period or a later cutoff."""
+    k = i + 1
+    return replace(ms, slices=list(ms.slices[:k]), values=ms.values[:, :k, :k].copy(),
+                   n_eval=ms.n_eval[:, :k, :k].copy(),
+                   stats=[[list(row[:k]) for row in seed[:k]] for seed in ms.stats], windows=list(ms.windows[:k]))
+
+
+def held_out(known: ModelScores, s: int, i: int) -> CellStats | None:
+    """The unit's own held-out rows: its test-split cells of the slices in its window."""
+    return pooled(known.stats[s][i][c] for c in known.windows[i] if c < known.K)
+
+
+def estimate_from_history(known: ModelScores, s: int, i: int, lag: int, target: CellStats | None,
+                          min_ess: float = 30.0, methods=METHODS) -> dict[str, Estimate]:
+    """Every method's estimate for the seed-s model of cutoff i on a period ``lag`` periods after
+    i, from ``known`` (cells known now) and the period's unlabelled statistics ``target``."""
+    confidence = known.metric == "accuracy"
+    return estimate_all(float(known.values[s, i, i]), known.values, lag, held_out(known, s, i) if confidence else None,
+                        target if confidence else None, known.higher_is_better, min_ess, methods)
+
+
+def estimate_cell(ms: ModelScores, s: int, i: int, j: int, min_ess: float = 30.0,
+                  methods=METHODS) -> dict[str, Estimate]:
+    """Cell (i, j > i) of seed s estimated as at cutoff i: the history up to i, and period j's
+    statistics with their labels removed."""
+    if j <= i:
+        raise ValueError(f"cell ({i}, {j}) is not in the future of cutoff {i}")
+    target = ms.stats[s][i][j]
+    return estimate_from_history(history(ms, i), s, i, j - i, None if target is None else target.unlabelled(),
+                                 min_ess, methods)
+
+
+def binomial_noise(p: float, n: int) -> float:
+    """E|X/n - p| for X ~ Binomial(n, p): what a perfect estimator of p still misses a cell
+    scored on n rows by (exact up to 20,000 rows, the normal limit beyond)."""
+    if n <= 0 or not 0 <= p <= 1:
+        return float("nan")
+    if n > 20_000:
+        return math.sqrt(2 * p * (1 - p) / (math.pi * n))
+    from scipy.stats import binom
+
+    x = np.arange(n + 1)
+    return float((binom.pmf(x, n, p) * np.abs(x / n - p)).sum())
+
+
+@dataclass
+class Backtest:
+    """Estimates (method -> (S, K, K) value, lo, hi; NaN outside the future cells), the truth,
+    per-cell flags and measured label shift, and the summary numbers."""
+
+    model: str
+    truth: np.ndarray
+    estimates: dict[str, np.ndarray]
+    lo: dict[str, np.ndarray]
+    hi: dict[str, np.ndarray]
+    noise: np.ndarray  # per-cell binomial noise (accuracy only; NaN otherwise)
+    label_shift: np.ndarray  # measured TV between the cell's labels and the held-out labels
+    estimated_shift: np.ndarray  # BBSE's TV from predictions only
+    low_ess: np.ndarray  # IW's low-ESS flag per cell
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    def error(self, method: str) -> np.ndarray:
+        return np.abs(self.estimates[method] - self.truth)
+
+
+def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, methods=METHODS) -> Backtest:
+    """Estimate every future cell of every seed and summarise (:func:`summarize`)."""
+    S, K = ms.values.shape[0], ms.K
+    blank = lambda: np.full((S, K, K), np.nan)  # noqa: E731
+    est, lo, hi = ({m: blank() for m in methods} for _ in range(3))
+    noise, shift, est_shift, low_ess = blank(), blank(), blank(), blank()
+    for s in range(S):
+        for i in range(K):
+            if not np.isfinite(ms.values[s, i, i]):
+                continue
+            for j in range(i + 1, K):
+                if not np.isfinite(ms.values[s, i, j]):
+                    continue
+                for name, e in estimate_cell(ms, s, i, j, min_ess, methods).items():
+                    est[name][s, i, j] = e.value
+                    if e.lo is not None:
+                        lo[name][s, i, j], hi[name][s, i, j] = e.lo, e.hi
+                    if name == "BBSE":
+                        est_shift[s, i, j] = e.flags["label_shift_tv"]
+                    if name == "IW":
+                        low_ess[s, i, j] = float(e.flags["low_ess"])
+                if ms.metric == "accuracy":
+                    noise[s, i, j] = 100 * binomial_noise(ms.values[s, i, j] / 100, int(ms.n_eval[s, i, j]))
+                source, target = held_out(ms, s, i), ms.stats[s][i][j]
+                if source is not None and target is not None and source.labelled and target.labelled:
+                    p = source.label_counts / max(source.n, 1)
+                    shift[s, i, j] = total_variation(p, target.label_counts / max(target.n, 1))
+    bt = Backtest(ms.model, ms.values, est, lo, hi, noise, shift, est_shift, low_ess)
+    bt.summary = summarize(bt, ms, shift_threshold)
+    return bt
+
+
+def _mae(err: np.ndarray, mask: np.ndarray) -> float | None:
+    sel = err[mask & np.isfinite(err)]
+    return round(float(sel.mean()), 4) if sel.size else None
+
+
+def column_rho(est: np.ndarray, truth: np.ndarray) -> dict[int, float]:
+    """Spearman's rho between the estimated and true ranking of the cutoff models i < j in each
+    column j with at least three of them, averaged over seeds."""
+    from scipy.stats import spearmanr
+
+    out = {}
+    K = truth.shape[-1]
+    for j in range(3, K):
+        rhos = []
+        for s in range(truth.shape[0]):
+            a, b = est[s, :j, j], truth[s, :j, j]
+            ok = np.isfinite(a) & np.isfinite(b)
+            if ok.sum() >= 3 and np.ptp(a[ok]) > 0 and np.ptp(b[ok]) > 0:
+                rhos.append(spearmanr(a[ok], b[ok]).statistic)
+        if rhos:
+            out[j] = float(np.mean(rhos))
+    return out
+
+
+def summarize(bt: Backtest, ms: ModelScores, shift_threshold: float) -> dict[str, Any]:
+    """``{"noise_floor", "noise_floor_by_seed", "n_future_cells", method: {mae, bias, n_cells,
+    coverage, rho, mae_by_seed, mae_label_shift, mae_no_label_shift, ...}, "best_method"}``."""
+    S, K = bt.truth.shape[0], bt.truth.shape[-1]
+    future = np.zeros((S, K, K), dtype=bool)
+    future[:, np.triu_indices(K, 1)[0], np.triu_indices(K, 1)[1]] = True
+    future &= np.isfinite(bt.truth)
+    big = future & (bt.label_shift > shift_threshold)
+    flagged = future & (bt.estimated_shift > shift_threshold)
+    floor = bt.noise[future]
+    out: dict[str, Any] = {
+        "noise_floor": round(float(np.nanmean(floor)), 4) if np.isfinite(floor).any() else None,
+        "noise_floor_by_seed": {str(seed): (round(float(np.nanmean(bt.noise[s][future[s]])), 4)
+                                            if np.isfinite(bt.noise[s][future[s]]).any() else None)
+                                for s, seed in enumerate(ms.seeds)},
+        "n_future_cells": int(future.sum()), "n_label_shift_cells": int(big.sum()),
+        "label_shift_threshold": shift_threshold, "metric": ms.metric}
+    for name, e in bt.estimates.items():
+        err, have = np.abs(e - bt.truth), future & np.isfinite(e)
+        if not have.any():
+            continue
+        rec = {"mae": _mae(err, have), "bias": round(float((e - bt.truth)[have].mean()), 4),
+               "n_cells": int(have.sum()),
+               "mae_by_seed": {str(seed): _mae(err[s], have[s]) for s, seed in enumerate(ms.seeds)},
+               "mae_label_shift": _mae(err, have & big), "mae_no_label_shift": _mae(err, have & ~big),
+               "mae_flagged_shift": _mae(err, have & flagged), "mae_unflagged": _mae(err, have & ~flagged)}
+        with_interval = have & np.isfinite(bt.lo[name])
+        if with_interval.any():
+            inside = (bt.truth >= bt.lo[name]) & (bt.truth <= bt.hi[name])
+            rec["coverage"] = round(float(inside[with_interval].mean()), 4)
+            rec["n_intervals"] = int(with_interval.sum())
+        rho = column_rho(np.where(have, e, np.nan), bt.truth)
+        rec["rho"] = round(float(np.mean(list(rho.values()))), 4) if rho else None
+        rec["rho_by_column"] = {ms.slices[j]: round(r, 4) for j, r in rho.items()}
+        if name == "IW":
+            rec["low_ess_share"] = round(float(np.nanmean(bt.low_ess[have])), 4)
+        out[name] = rec
+    full = [m for m in bt.estimates if m in out and out[m]["n_cells"] == out["n_future_cells"]]
+    if full:
+        out["best_method"] = min(full, key=lambda m: out[m]["mae"])
+    return out

@@ -1,0 +1,234 @@
+"""Label-free estimators of a model's score on a period whose labels have not arrived (pure).
+
+Every function takes only what is known when the estimate is made: the drift matrix up to the
+model's cutoff, the model's statistics on its own held-out rows (labelled, the test splits of
+its training window) and its statistics on the new period without labels. Scores are in the
+metric's unit (accuracy in percent). Intervals are central 90% intervals for the score the
+period's labels will give (``Z``), or None where a method has none.
+
+- ``carry-forward``: the model's in-distribution score M[i, i]: the baseline to beat;
+- ``trend``: M[i, i] minus the mean decay at lag j - i seen in earlier rows of the matrix (any
+  metric);
+- ``AC``: average confidence (max softmax probability) on the new period;
+- ``DoC``: held-out accuracy plus the change in average confidence (Guillory et al. 2021);
+- ``ATC``: the share of new rows whose confidence clears a threshold fitted on the held-out rows
+  so that the same share of held-out rows clears it as were right (Garg et al. 2022);
+- ``IW``: held-out correctness reweighted by a domain classifier between the held-out rows and
+  the new period, on the model's own output space (predicted class x confidence group), with the
+  effective sample size of its weights;
+- ``BBSE``: the black-box shift estimate (Lipton et al. 2018) of the new period's label
+  distribution from the predicted-class counts and the held-out confusion matrix, and the
+  accuracy that distribution gives if only the labels moved.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from driftmatrix.estimate.cells import CellStats
+
+#: Every method, in the order tables list them.
+METHODS = ("carry-forward", "trend", "AC", "DoC", "ATC", "IW", "BBSE")
+#: Methods that need the model's confidences (classification with accuracy as its metric).
+CONFIDENCE_METHODS = ("AC", "DoC", "ATC", "IW", "BBSE")
+#: Methods that read nothing but the drift matrix (any metric).
+MATRIX_METHODS = ("carry-forward", "trend")
+Z = 1.645  # central 90%
+
+
+@dataclass(frozen=True)
+class Estimate:
+    value: float
+    lo: float | None = None
+    hi: float | None = None
+    flags: dict = field(default_factory=dict)
+
+    def interval(self, sd: float) -> "Estimate":
+        return Estimate(self.value, self.value - Z * sd, self.value + Z * sd, self.flags)
+
+
+def _pct(x: float) -> float:
+    return 100.0 * x
+
+
+def carry_forward(m_ii: float) -> Estimate:
+    """The score on the new period is the in-distribution score."""
+    return Estimate(float(m_ii))
+
+
+def lag_decays(values: np.ndarray, lag: int) -> np.ndarray:
+    """Every decay M[r, r] - M[r, r + lag] in a (S, k, k) stack of known matrix cells."""
+    k = values.shape[-1]
+    if lag < 1 or lag >= k:
+        return np.zeros(0)
+    r = np.arange(k - lag)
+    d = (values[:, r, r] - values[:, r, r + lag]).ravel()
+    return d[np.isfinite(d)]
+
+
+def trend(known: np.ndarray, m_ii: float, lag: int, higher_is_better: bool = True) -> Estimate:
+    """M[i, i] minus the mean decay at ``lag`` over the cells of ``known``: the (S, i+1, i+1)
+    stack of the model's matrices up to cutoff i, every seed (all of it known at cutoff i).
+
+    A lag longer than any seen is extrapolated on a line through the origin fitted to the mean
+    decay of each lag seen; with no lag seen at all, the estimate is carry-forward's. The change
+    M[r, r] - M[r, r + lag] is used as it is, so the metric's direction (``higher_is_better``,
+    kept for the callers' symmetry) does not enter."""
+    d = lag_decays(known, lag)
+    if len(d):
+        est = Estimate(float(m_ii - d.mean()))
+        return est.interval(float(d.std(ddof=1))) if len(d) > 2 else est
+    lags = [(L, lag_decays(known, L)) for L in range(1, known.shape[-1])]
+    lags = [(L, x.mean(), len(x)) for L, x in lags if len(x)]
+    if not lags:
+        return Estimate(float(m_ii), flags={"extrapolated": True})
+    L, mean, n = (np.array(v, dtype=float) for v in zip(*lags))
+    slope = float((n * L * mean).sum() / (n * L * L).sum())
+    return Estimate(float(m_ii - slope * lag), flags={"extrapolated": True})
+
+
+def average_confidence(target: CellStats) -> Estimate:
+    """Mean max probability. Unbiased for a calibrated model, and then the true accuracy of the
+    period is a sum of independent Bernoullis: its interval is the Poisson-binomial one."""
+    n = max(target.n, 1)
+    return Estimate(_pct(target.conf_sum / n)).interval(_pct(math.sqrt(target.conf_var) / n))
+
+
+def difference_of_confidences(source: CellStats, target: CellStats) -> Estimate:
+    """Held-out accuracy shifted by the change in average confidence."""
+    return Estimate(_pct(source.accuracy + target.mean_conf - source.mean_conf))
+
+
+def _above(counts: np.ndarray, t: float) -> float:
+    """Rows of a histogram over bins 0..B-1 at or above position ``t`` (bin units), with rows
+    spread evenly inside each bin."""
+    k = int(min(max(math.floor(t), 0), len(counts)))
+    full = counts[k + 1:].sum() if k < len(counts) else 0.0
+    part = counts[k] * (1.0 - (t - k)) if k < len(counts) else 0.0
+    return float(full + part)
+
+
+def atc_threshold(source: CellStats) -> float:
+    """Confidence-bin position t where the share of held-out rows at or above t equals the
+    held-out accuracy (bisection on a monotone function)."""
+    counts = source.counts.sum(axis=0)
+    want = source.accuracy * counts.sum()
+    lo, hi = 0.0, float(len(counts))
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if _above(counts, mid) > want:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+def average_thresholded_confidence(source: CellStats, target: CellStats) -> Estimate:
+    """The share of the period's rows above the held-out threshold (:func:`atc_threshold`)."""
+    t = atc_threshold(source)
+    counts = target.counts.sum(axis=0)
+    return Estimate(_pct(_above(counts, t) / max(counts.sum(), 1)), flags={"threshold_bin": round(t, 3)})
+
+
+def confidence_groups(counts: np.ndarray, per_group: int, max_groups: int = 10) -> np.ndarray:
+    """Bin -> group of one predicted class's held-out confidence histogram: contiguous runs of
+    bins with about ``per_group`` rows each (at most ``max_groups``; every bin has a group)."""
+    total = counts.sum()
+    groups = int(max(1, min(max_groups, total // max(per_group, 1))))
+    cum = np.cumsum(counts) / max(total, 1)
+    return np.minimum((cum * groups - 1e-9).clip(min=0).astype(int), groups - 1) if total else \
+        np.zeros(len(counts), dtype=int)
+
+
+def importance_weighted(source: CellStats, target: CellStats, per_group: int = 20,
+                        min_ess: float = 30.0) -> Estimate:
+    """Held-out accuracy with each held-out row weighted by p_target(g) / p_source(g) of its
+    group g (predicted class x confidence group: a histogram domain classifier on the model's
+    outputs). Per-group accuracy is shrunk towards the held-out accuracy by one row, so an almost
+    empty group does not swing the estimate. ``flags``: the weights' effective sample size
+    (``ess``, in held-out rows), ``low_ess`` when it is under ``min_ess``, and the share of the
+    period's rows whose confidence lies outside the held-out range of their predicted class
+    (``outside_support``: no weight can reach them, and they are scored as the nearest group)."""
+    n_s, n_t = max(source.n, 1), max(target.n, 1)
+    acc = source.accuracy
+    est, var_est, var_tgt, w_sum, w2_sum, outside = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
+    for c in range(source.n_classes):
+        seen = np.flatnonzero(source.counts[c])
+        span = np.zeros(source.counts.shape[1], dtype=bool)
+        if len(seen):
+            span[seen[0]:seen[-1] + 1] = True
+        outside += float(target.counts[c][~span].sum())
+        g = confidence_groups(source.counts[c], per_group)
+        k = g.max() + 1
+        src = np.bincount(g, weights=source.counts[c], minlength=k)
+        right = np.bincount(g, weights=source.correct[c], minlength=k)
+        tgt = np.bincount(g, weights=target.counts[c], minlength=k)
+        a = (right + acc) / (src + 1.0)
+        share = tgt / n_t
+        est += float((share * a).sum())
+        var_est += float((share ** 2 * a * (1 - a) / (src + 1.0)).sum())
+        var_tgt += float((tgt * a * (1 - a)).sum()) / n_t ** 2
+        has = src > 0
+        w = np.where(has, share / np.maximum(src / n_s, 1e-12), 0.0)
+        w_sum += float((src * w).sum())
+        w2_sum += float((src * w * w).sum())
+    ess = w_sum ** 2 / w2_sum if w2_sum > 0 else 0.0
+    flags = {"ess": round(ess, 1), "low_ess": bool(ess < min_ess), "outside_support": round(outside / n_t, 4)}
+    return Estimate(_pct(est), flags=flags).interval(
+        _pct(math.sqrt(var_est + var_tgt)))
+
+
+def label_shift(source: CellStats, target: CellStats) -> tuple[np.ndarray, np.ndarray]:
+    """Black-box shift estimate: (source label distribution, estimated target label distribution).
+
+    Under pure label shift the predicted-class distribution of the period is C^T q / p, with C
+    the held-out joint of (true, predicted) and p its label marginal; solve for the weights
+    w = q / p (least squares), clip them at 0 and renormalise."""
+    joint = source.confusion / max(source.confusion.sum(), 1)
+    p = joint.sum(axis=1)
+    mu = target.pred / max(target.n, 1)
+    w, *_ = np.linalg.lstsq(joint.T, mu, rcond=None)
+    q = np.clip(w, 0, None) * p
+    q = q / q.sum() if q.sum() > 0 else p
+    return p, q
+
+
+def total_variation(p: np.ndarray, q: np.ndarray) -> float:
+    return float(0.5 * np.abs(np.asarray(p) - np.asarray(q)).sum())
+
+
+def bbse(source: CellStats, target: CellStats) -> Estimate:
+    """The accuracy the period has if only its labels moved: sum over classes of the estimated
+    label share times the held-out recall of that class. ``flags``: the estimated label shift
+    (total variation distance from the held-out label distribution)."""
+    p, q = label_shift(source, target)
+    rows = source.confusion.sum(axis=1)
+    recall = np.where(rows > 0, np.diag(source.confusion) / np.maximum(rows, 1), source.accuracy)
+    return Estimate(_pct(float((q * recall).sum())), flags={"label_shift_tv": round(total_variation(p, q), 4),
+                                                            "label_dist": [round(float(v), 4) for v in q]})
+
+
+def estimate_all(m_ii: float, known: np.ndarray, lag: int, source: CellStats | None,
+                 target: CellStats | None, higher_is_better: bool = True, min_ess: float = 30.0,
+                 methods=METHODS) -> dict[str, Estimate]:
+    """Every method that applies: the matrix methods always, the confidence methods where the
+    held-out rows (labelled) and the period's rows (labels withheld) have statistics."""
+    if target is not None and target.labelled:
+        raise ValueError("the new period's statistics must come without labels (CellStats.unlabelled)")
+    out = {}
+    if "carry-forward" in methods:
+        out["carry-forward"] = carry_forward(m_ii)
+    if "trend" in methods:
+        out["trend"] = trend(known, m_ii, lag, higher_is_better)
+    if source is None or target is None or source.n == 0 or target.n == 0:
+        return out
+    fns = {"AC": lambda: average_confidence(target), "DoC": lambda: difference_of_confidences(source, target),
+           "ATC": lambda: average_thresholded_confidence(source, target),
+           "IW": lambda: importance_weighted(source, target, min_ess=min_ess), "BBSE": lambda: bbse(source, target)}
+    for name, fn in fns.items():
+        if name in methods:
+            out[name] = fn()
+    return out

@@ -1,0 +1,236 @@
+"""``driftmatrix estimate --data PATH``: every cutoff model's score on a new period, before its
+labels arrive, and whether to retrain.
+
+The new period's inputs are read in the dataset's format with any labels ignored (a Yearbook
+folder, with or without its ``F/``/``M/`` class folders, or a ``.npy`` of uint8 images);
+every unit of the current plan is loaded from its checkpoint (or from the MLflow registry) and
+run on them once; each method then estimates its score from the matrix and the unit's held-out
+statistics (``driftmatrix.estimate.backtest.estimate_from_history``: everything up to the last
+period is known now). Per model it trusts the method with the lowest backtest MAE
+(``outputs/estimates/backtest.json``), or a matrix-only method when the period's labels seem to
+have moved (black-box shift estimate above ``estimate.label_shift``), and flags ``retrain`` when
+that method's estimate is more than ``estimate.alert_drop`` points below the in-distribution score.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from driftmatrix.config import Params, estimate_config
+from driftmatrix.data.table import DataError
+from driftmatrix.estimate.backtest import ModelScores, estimate_from_history
+from driftmatrix.estimate.methods import CONFIDENCE_METHODS, MATRIX_METHODS, METHODS
+
+log = logging.getLogger(__name__)
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
+
+
+def read_images(path: str | Path, size: int) -> tuple[np.ndarray, list[str]]:
+    """(uint8 (N, size, size, 3), file names) of every image under ``path`` (a folder, searched
+    recursively, or an ``.npy``); class folders and file-name years are ignored."""
+    from driftmatrix.data.sources.yearbook import decode
+
+    path = Path(path)
+    if path.is_file() and path.suffix == ".npy":
+        arr = np.load(path, allow_pickle=False)
+        if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
+            raise DataError(f"{path}: expected uint8 images (N, H, W, 3), got {arr.dtype} {arr.shape}")
+        return arr, [f"{path.name}[{k}]" for k in range(len(arr))]
+    if not path.is_dir():
+        raise DataError(f"{path}: no such folder (or .npy of images)")
+    files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
+    if not files:
+        raise DataError(f"{path}: no images ({', '.join(IMAGE_SUFFIXES)}) found")
+    return np.stack([decode(f.read_bytes(), size) for f in files]), [str(f.relative_to(path)) for f in files]
+
+
+@dataclass(frozen=True)
+class Choice:
+    method: str
+    reason: str
+
+
+def choose(summary: Mapping[str, Any] | None, shifted: bool) -> Choice:
+    """The method a model's estimates are trusted from: the lowest backtest MAE, among the
+    matrix-only methods when the labels seem to have moved; trend without a backtest."""
+    pool = MATRIX_METHODS if shifted else METHODS
+    if not summary:
+        return Choice("trend", "no backtest (run `driftmatrix backtest`): trend, the matrix's own decay")
+    ranked = sorted((summary[m]["mae"], m) for m in pool if m in summary and summary[m].get("mae") is not None)
+    if not ranked:
+        return Choice("trend", "no backtested method applies")
+    mae, m = ranked[0]
+    why = f"backtest MAE {mae:.2f}"
+    if "carry-forward" in summary and m != "carry-forward":
+        why += f" vs carry-forward {summary['carry-forward']['mae']:.2f}"
+    if summary.get("noise_floor") is not None:
+        why += f", noise floor {summary['noise_floor']:.2f}"
+    if shifted:
+        why += "; label shift: confidence-based methods not trusted"
+    return Choice(m, why)
+
+
+def unit_outputs(params: Params, model: str, ms: ModelScores, images: np.ndarray, checkpoints_dir: str | Path,
+                 manifest: Mapping[str, Any], source: str = "checkpoints") -> dict[tuple[int, int], np.ndarray]:
+    """(seed, cutoff index) -> the unit's outputs on the new rows."""
+    import torch
+
+    from driftmatrix.checkpoints import CheckpointStore, load_model_folder
+    from driftmatrix.features.inputs import PixelInputs, RowCountInputs
+    from driftmatrix.models.registry import get
+    from driftmatrix.provenance import Environment
+    from driftmatrix.training import effective_config, model_plan, predict
+
+    spec = get(model)
+    if spec.inputs == "pixels":
+        inputs = PixelInputs(images)
+        inputs.channels_last = spec.family != "MLP"
+    elif spec.inputs == "none":
+        inputs = RowCountInputs(len(images))
+    else:
+        raise DataError(f"{model} reads {spec.inputs} (an encoder cache): `estimate --data` runs pixel models only")
+    recorded = CheckpointStore(checkpoints_dir, model).environment()
+    if recorded is None:
+        raise DataError(f"{Path(checkpoints_dir) / model}: no checkpoints (run `driftmatrix train -m {model}`)")
+    env = Environment.from_dict(recorded)
+    plan = model_plan(params, model, manifest, env)
+    store = CheckpointStore(checkpoints_dir, model)
+    torch.set_num_threads(max(1, env.threads or 1))
+    out = {}
+    for unit in plan.units:
+        if source == "registry":
+            from driftmatrix.tracking import configure, load_registered
+
+            configure(params.tracking)
+            net = load_registered(params.dataset.name, model, unit.cutoff, seed=unit.seed)
+        else:
+            if not store.done(unit.key):
+                log.warning("%s seed %d cutoff %s: no checkpoint; skipped", model, unit.seed, unit.cutoff)
+                continue
+            net = load_model_folder(store.folder(unit.key))
+        out[ms.seeds.index(unit.seed), unit.cutoff_index] = predict(
+            net, inputs, batch_size=effective_config(params, model).eval_batch_size)
+    return out
+
+
+def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray], task: str, ahead: int,
+                   summary: Mapping[str, Any] | None, alert_drop: float, shift_threshold: float,
+                   min_ess: float, cutoffs: Sequence[int] | None = None) -> list[dict[str, Any]]:
+    """One record per cutoff (seeds averaged): every method's estimate, the in-distribution score,
+    the trusted method, its drop and the retrain flag (pure but for the statistics it computes)."""
+    from driftmatrix.estimate.cells import from_doc
+    from driftmatrix.evaluation import forward_stats
+
+    K = ms.K
+    records = []
+    for i in cutoffs if cutoffs is not None else range(K):
+        per_seed, shifts, ess = [], [], []
+        for s in range(len(ms.seeds)):
+            if (s, i) not in outputs or not np.isfinite(ms.values[s, i, i]):
+                continue
+            target = from_doc(forward_stats(outputs[s, i], None, task))
+            est = estimate_from_history(ms, s, i, K - 1 - i + ahead, target, min_ess)
+            per_seed.append((ms.values[s, i, i], est))
+            if "BBSE" in est:
+                shifts.append(est["BBSE"].flags["label_shift_tv"])
+            if "IW" in est:
+                ess.append(est["IW"].flags["ess"])
+        if not per_seed:
+            continue
+        id_score = float(np.mean([v for v, _ in per_seed]))
+        methods = {m: round(float(np.mean([e[m].value for _, e in per_seed])), 3)
+                   for m in METHODS if all(m in e for _, e in per_seed)}
+        shift = float(np.mean(shifts)) if shifts else None
+        shifted = shift is not None and shift > shift_threshold
+        choice = choose(summary, shifted)
+        trusted = choice.method if choice.method in methods else "trend"
+        drop = round(id_score - methods[trusted] if ms.higher_is_better else methods[trusted] - id_score, 3)
+        records.append({
+            "model": ms.model, "cutoff": ms.slices[i], "cutoff_index": i, "lag": K - 1 - i + ahead,
+            "seeds": len(per_seed), "in_distribution": round(id_score, 3), "estimates": methods,
+            "drops": {m: round(id_score - v if ms.higher_is_better else v - id_score, 3) for m, v in methods.items()},
+            "trusted": trusted, "why": choice.reason, "drop": drop, "retrain": bool(drop > alert_drop),
+            "label_shift_tv": None if shift is None else round(shift, 4), "label_shift": shifted,
+            "iw_ess": None if not ess else round(float(np.mean(ess)), 1),
+            "warning": ("the labels of this period seem to have moved (estimated total variation "
+                        f"{shift:.2f} > {shift_threshold}): confidence-based estimates "
+                        f"({', '.join(CONFIDENCE_METHODS)}) are not to be trusted") if shifted else None})
+    return records
+
+
+def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slices",
+        scores_dir: str | Path = "outputs/scores", checkpoints_dir: str | Path = "outputs/checkpoints",
+        estimates_dir: str | Path = "outputs/estimates", out: str | Path | None = None, ahead: int = 1,
+        latest: bool = False, source: str = "checkpoints") -> list[dict[str, Any]]:
+    """Estimate every configured model's cutoff units (or only the latest cutoff) on the new
+    period at ``data``, ``ahead`` periods after the last slice; writes ``out`` (JSON and CSV)."""
+    from driftmatrix.data.table import DatasetMeta
+    from driftmatrix.estimate.stage import load_model
+    from driftmatrix.slicing import read_manifest
+
+    cfg = estimate_config(params)
+    manifest = read_manifest(slices_dir)
+    meta = DatasetMeta.from_dict(manifest["dataset"])
+    images_path = Path(slices_dir) / "images.npy"
+    if not images_path.exists():
+        raise DataError(f"{slices_dir}: no images.npy: `estimate --data` reads image datasets")
+    size = int(np.load(images_path, mmap_mode="r").shape[1])
+    images, _ = read_images(data, size)
+    log.info("estimate: %d rows from %s", len(images), data)
+    backtest_path = Path(estimates_dir) / "backtest.json"
+    backtests = json.loads(backtest_path.read_text()) if backtest_path.exists() else {}
+    records = []
+    for model in params.models:
+        ms = load_model(params, model, manifest, scores_dir)
+        if ms is None:
+            log.warning("estimate: %s has no scores; skipped", model)
+            continue
+        try:
+            outputs = unit_outputs(params, model, ms, images, checkpoints_dir, manifest, source)
+        except DataError as exc:
+            log.warning("estimate: %s", exc)
+            continue
+        records += estimate_model(ms, outputs, meta.task, ahead, backtests.get(model), cfg.alert_drop,
+                                  cfg.label_shift, cfg.min_ess, [ms.K - 1] if latest else None)
+    if out is not None:
+        write(records, Path(out), {"data": str(data), "rows": int(len(images)), "alert_drop": cfg.alert_drop,
+                                   "label_shift": cfg.label_shift, "ahead": ahead})
+    return records
+
+
+def write(records: Sequence[Mapping[str, Any]], out: Path, meta: Mapping[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "estimates.json").write_text(json.dumps({**meta, "records": list(records)}, indent=2))
+    lines = ["model,cutoff,method,estimate,drop,in_distribution,trusted,retrain,label_shift_tv"]
+    for r in records:
+        for m, v in r["estimates"].items():
+            lines.append(",".join(str(x) for x in (r["model"], r["cutoff"], m, v, r["drops"][m], r["in_distribution"],
+                                                   int(m == r["trusted"]), int(r["retrain"] and m == r["trusted"]),
+                                                   "" if r["label_shift_tv"] is None else r["label_shift_tv"])))
+    (out / "estimates.csv").write_text("\n".join(lines) + "\n")
+
+
+def render(records: Sequence[Mapping[str, Any]], alert_drop: float) -> str:
+    """The printed table: per model the trusted method and why, then one line per cutoff."""
+    out, model = [], None
+    for r in records:
+        if r["model"] != model:
+            model = r["model"]
+            methods = list(r["estimates"])
+            out.append(f"\n{model}: trusts {r['trusted']} ({r['why']}); retrain when it drops > {alert_drop} points")
+            out.append(f"  {'cutoff':<8}{'ID':>7}" + "".join(f"{m:>14}" for m in methods)
+                       + f"  {'trusted':<14}{'drop':>6}  flag")
+        flag = "RETRAIN" if r["retrain"] else "ok"
+        if r["warning"]:
+            flag += f"  (label shift {r['label_shift_tv']:.2f}: confidence-based estimates not trusted)"
+        out.append(f"  {r['cutoff']:<8}{r['in_distribution']:>7.1f}"
+                   + "".join(f"{r['estimates'].get(m, float('nan')):>14.1f}" for m in methods)
+                   + f"  {r['trusted']:<14}{r['drop']:>6.1f}  {flag}")
+    return "\n".join(out).lstrip("\n")

@@ -1,0 +1,180 @@
+"""The ``estimates`` stage (after ``matrices``): backtest every estimator on every model's
+drift matrices and write ``outputs/estimates/``, the DVC metrics ``metrics/estimates.json`` and
+one MLflow run ``estimates · <dataset>``.
+
+Files: ``backtest.json`` (``{model: {"noise_floor", "best_method", method: {mae, bias, n_cells,
+coverage, rho, ...}}}``), ``<model>.json`` (per method the seed-level estimated matrix over the
+future cells, its interval where it has one, and |estimate - M|) and ``backtest.csv`` (one row
+per model and method).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from pathlib import Path
+from typing import Any, Mapping
+
+import numpy as np
+
+from driftmatrix.config import Params, estimate_config
+from driftmatrix.estimate.backtest import Backtest, ModelScores
+from driftmatrix.estimate.cells import from_doc
+from driftmatrix.estimate.methods import METHODS
+
+log = logging.getLogger(__name__)
+
+DVC_METRICS = Path("metrics/estimates.json")
+
+
+def load_model(params: Params, model: str, manifest: Mapping[str, Any], scores_dir: str | Path) -> ModelScores | None:
+    """One model's seed-level cells and statistics from the score docs of its current plan (keyed
+    with the environment the evaluate stage recorded); None when nothing is scored."""
+    from driftmatrix.data.table import DatasetMeta
+    from driftmatrix.evaluation import ScoreStore, current_row
+    from driftmatrix.provenance import Environment
+    from driftmatrix.tasks import metric_for
+    from driftmatrix.training import model_plan
+    from driftmatrix.units import slice_hashes
+
+    store = ScoreStore(scores_dir, model)
+    recorded = store.environment()
+    if recorded is None:
+        return None
+    plan = model_plan(params, model, manifest, Environment.from_dict(recorded))
+    hashes = slice_hashes(manifest)
+    S, K = len(plan.seeds), len(plan.labels)
+    values, n_eval = np.full((S, K, K), np.nan), np.full((S, K, K), np.nan)
+    stats = [[[None] * K for _ in range(K)] for _ in range(S)]
+    for unit in plan.units:
+        s, i = plan.seeds.index(unit.seed), unit.cutoff_index
+        cells = store.read(unit.key)["cells"]
+        row = current_row(plan, unit, hashes, cells)
+        values[s, i] = [np.nan if v is None else v for v in row["values"]]
+        n_eval[s, i] = [np.nan if v is None else v for v in row["n_eval"]]
+        for cell in plan.cells(unit, hashes):
+            stats[s][i][cell.j] = from_doc((cells.get(cell.key) or {}).get("stats"))
+    if np.isnan(values).all():
+        return None
+    metric = metric_for(DatasetMeta.from_dict(manifest["dataset"]).task)
+    return ModelScores(model, list(plan.labels), list(plan.seeds), values, n_eval, stats,
+                       [plan.unit(plan.seeds[0], i).window for i in range(K)], metric.higher_is_better,
+                       metric.key, plan.units[0].family)
+
+
+def _nested(a: np.ndarray):
+    if a.ndim == 0:
+        v = float(a)
+        return None if math.isnan(v) else round(v, 4)
+    return [_nested(x) for x in a]
+
+
+def model_doc(ms: ModelScores, bt: Backtest) -> dict[str, Any]:
+    """``<model>.json``: per method the estimated matrices (S, K, K), intervals, errors and the
+    seed-mean error matrix; NaN (null) outside the future cells."""
+    methods = {}
+    for name, est in bt.estimates.items():
+        if not np.isfinite(est).any():
+            continue
+        err = bt.error(name)
+        with np.errstate(all="ignore"):
+            mean_err = np.nanmean(err, axis=0) if np.isfinite(err).any() else err[0]
+        entry = {"estimate": _nested(est), "error": _nested(err), "mean_error": _nested(mean_err)}
+        if np.isfinite(bt.lo[name]).any():
+            entry["lo"], entry["hi"] = _nested(bt.lo[name]), _nested(bt.hi[name])
+        methods[name] = entry
+    return {"model": ms.model, "family": ms.family, "slices": list(ms.slices), "seeds": list(ms.seeds),
+            "metric": ms.metric, "truth": _nested(ms.values), "label_shift": _nested(bt.label_shift),
+            "estimated_label_shift": _nested(bt.estimated_shift), "methods": methods, "summary": bt.summary}
+
+
+def csv_rows(backtests: Mapping[str, Mapping[str, Any]]) -> str:
+    lines = ["model,method,mae,bias,n_cells,coverage,rho,noise_floor,mae_label_shift,mae_no_label_shift"]
+    for model, s in backtests.items():
+        for m in METHODS:
+            if m in s:
+                r = s[m]
+                vals = [r["mae"], r["bias"], r["n_cells"], r.get("coverage"), r.get("rho"), s["noise_floor"],
+                        r.get("mae_label_shift"), r.get("mae_no_label_shift")]
+                lines.append(",".join([model, m] + ["" if v is None else str(v) for v in vals]))
+    return "\n".join(lines) + "\n"
+
+
+def dvc_metrics(backtests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """Per model: noise floor, the best method's MAE and every method's MAE (flat, for `dvc exp show`)."""
+    out = {}
+    for model, s in backtests.items():
+        rec = {"noise_floor": s["noise_floor"]}
+        if "best_method" in s:
+            rec["best_mae"] = s[s["best_method"]]["mae"]
+        rec.update({f"mae_{m}": s[m]["mae"] for m in METHODS if m in s})
+        out[model] = rec
+    return out
+
+
+def log_to_mlflow(params: Params, backtests: Mapping[str, Mapping[str, Any]], files: list[Path]) -> str:
+    """One run ``estimates · <dataset>`` (tag kind=estimates): MAE, bias and coverage per model and
+    method, noise floors, and the files as artifacts."""
+    import mlflow
+
+    from driftmatrix import tracking
+
+    dataset = params.dataset.name
+    exp_id = tracking.configure(params.tracking)
+    with tracking.stage_run(exp_id, f"estimates · {dataset}", {"kind": "estimates", "dataset": dataset}) as run:
+        metrics = {}
+        for model, s in backtests.items():
+            if s.get("noise_floor") is not None:
+                metrics[f"{model}.noise_floor"] = s["noise_floor"]
+            for m in METHODS:
+                for k in ("mae", "bias", "coverage", "rho"):
+                    v = (s.get(m) or {}).get(k)
+                    if v is not None:
+                        metrics[f"{model}.{m}.{k}"] = v
+        mlflow.log_metrics(metrics)
+        mlflow.set_tags({f"best_method.{model}": s["best_method"] for model, s in backtests.items()
+                         if "best_method" in s})
+        for f in files:
+            mlflow.log_artifact(str(f), artifact_path="estimates")
+        return run.info.run_id
+
+
+def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: str | Path = "outputs/scores",
+        out_dir: str | Path = "outputs/estimates", metrics_path: str | Path | None = DVC_METRICS,
+        track: bool = False) -> dict[str, dict[str, Any]]:
+    """The whole stage; returns backtest.json's content."""
+    from driftmatrix.data.table import DataError
+    from driftmatrix.estimate import backtest
+    from driftmatrix.slicing import read_manifest
+
+    cfg = estimate_config(params)
+    manifest = read_manifest(slices_dir)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summaries, files = {}, []
+    for name in params.models:
+        ms = load_model(params, name, manifest, scores_dir)
+        if ms is None:
+            log.warning("estimates: no scored cells for %s; left out", name)
+            continue
+        bt = backtest.run(ms, min_ess=cfg.min_ess, shift_threshold=cfg.label_shift)
+        summaries[name] = bt.summary
+        path = out_dir / f"{name}.json"
+        path.write_text(json.dumps(model_doc(ms, bt)))
+        files.append(path)
+        best = bt.summary.get("best_method")
+        log.info("estimates: %s: noise floor %s, %s", name, bt.summary["noise_floor"],
+                 ", ".join(f"{m} {bt.summary[m]['mae']}" for m in METHODS if m in bt.summary)
+                 + (f"; best {best}" if best else ""))
+    if not summaries:
+        raise DataError(f"{scores_dir}: no scored cells for {list(params.models)} (run the evaluate stage first)")
+    (out_dir / "backtest.json").write_text(json.dumps(summaries, indent=2))
+    (out_dir / "backtest.csv").write_text(csv_rows(summaries))
+    files = [out_dir / "backtest.json", out_dir / "backtest.csv", *files]
+    if metrics_path:
+        Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(metrics_path).write_text(json.dumps(dvc_metrics(summaries), indent=2))
+    if track:
+        log.info("estimates: logged run %s", log_to_mlflow(params, summaries, files))
+    return summaries

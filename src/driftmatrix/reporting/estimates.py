@@ -1,0 +1,113 @@
+"""The report's "Before the labels arrive" section: how well each label-free estimator predicted
+the future cells of each model's matrix (``outputs/estimates``, the estimates stage).
+
+A method-by-model MAE table (with the noise floor no estimator can beat, and MAE on cells with
+and without a large label shift), then one heatmap per model of the seed-mean error
+|estimate - M| of its best method, drawn as a coloured HTML table (no image needed).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from driftmatrix.estimate.methods import METHODS
+
+
+def read(folder: str | Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(backtest.json, {model: <model>.json}) of an estimates folder, or None when it has none."""
+    folder = Path(folder)
+    path = folder / "backtest.json"
+    if not path.exists():
+        return None
+    backtests = json.loads(path.read_text())
+    models = {m: json.loads((folder / f"{m}.json").read_text()) for m in backtests if (folder / f"{m}.json").exists()}
+    return backtests, models
+
+
+def _f(v, d: int = 2) -> str:
+    return "&ndash;" if v is None else f"{v:.{d}f}"
+
+
+def _colour(err: float, top: float) -> str:
+    """White (0) to red (``top`` and above)."""
+    t = max(0.0, min(1.0, err / top if top > 0 else 0.0))
+    g = int(255 - 155 * t)
+    return f"background:rgb(255,{g},{g})"
+
+
+def heatmap(doc: Mapping[str, Any], method: str, top: float) -> str:
+    """Seed-mean |estimate - M| of ``method`` over the future cells (rows: cutoff, columns: period)."""
+    err = doc["methods"][method]["mean_error"]
+    slices = doc["slices"]
+    head = "".join(f"<th>{html.escape(s)}</th>" for s in slices)
+    rows = []
+    for i in reversed(range(len(slices))):  # time runs up, as in the drift-matrix heatmaps
+        cells = "".join(
+            f'<td style="{_colour(err[i][j], top)}" title="M[{slices[i]}, {slices[j]}]: |error| {err[i][j]:.2f}">'
+            f"{err[i][j]:.0f}</td>" if err[i][j] is not None else "<td></td>" for j in range(len(slices)))
+        rows.append(f'<tr><th class="l">{html.escape(slices[i])}</th>{cells}</tr>')
+    return (f'<table class="errmap"><thead><tr><th class="l">trained up to</th>{head}</tr></thead>'
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def section(folder: str | Path) -> tuple[str, str, str] | None:
+    """(anchor, title, html) of the section, or None when the folder holds no backtest."""
+    got = read(folder)
+    if got is None:
+        return None
+    backtests, docs = got
+    models = list(backtests)
+    methods = [m for m in METHODS if any(m in backtests[x] for x in models)]
+    head = "".join(f"<th>{html.escape(m)}</th>" for m in models)
+    floors = "".join(f"<td>{_f(backtests[m].get('noise_floor'))}</td>" for m in models)
+    body = [f'<tr><td class="l">noise floor</td>{floors}</tr>']
+    for meth in methods:
+        tds = []
+        for m in models:
+            r = backtests[m].get(meth)
+            text = _f(r["mae"]) if r else "n/a"
+            tds.append(f"<td><b>{text}</b></td>" if backtests[m].get("best_method") == meth else f"<td>{text}</td>")
+        body.append(f'<tr><td class="l">{html.escape(meth)}</td>{"".join(tds)}</tr>')
+    table = f'<table><thead><tr><th class="l">MAE (points)</th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    rows = []
+    for m in models:
+        b = backtests[m]
+        best = b.get("best_method")
+        if not best:
+            continue
+        r = b[best]
+        cf = (b.get("carry-forward") or {}).get("mae")
+        floor = b.get("noise_floor")
+        closed = ((cf - r["mae"]) / (cf - floor)) if cf is not None and floor is not None and cf > floor else None
+        rows.append(f'<tr><td class="l">{html.escape(m)}</td><td class="l">{html.escape(best)}</td>'
+                    f'<td>{_f(r["mae"])}</td><td>{_f(r["bias"])}</td><td>{_f(r.get("coverage"))}</td>'
+                    f'<td>{_f(r.get("rho"))}</td><td>{_f(closed)}</td><td>{_f(r.get("mae_no_label_shift"))}</td>'
+                    f'<td>{_f(r.get("mae_label_shift"))} ({b.get("n_label_shift_cells", 0)})</td>'
+                    f'<td>{r["n_cells"]}</td></tr>')
+    best_table = ('<table><thead><tr><th class="l">model</th><th class="l">best method</th><th>MAE</th>'
+                  "<th>bias</th><th>90% interval coverage</th><th>Spearman &rho; per column</th>"
+                  "<th>share of carry-forward's excess over the floor closed</th><th>MAE, small label shift</th>"
+                  "<th>MAE, large label shift (cells)</th><th>future cells</th></tr></thead><tbody>"
+                  + "".join(rows) + "</tbody></table>")
+    tops = [e for doc in docs.values() for meth in doc["methods"].values() for row in meth["mean_error"]
+            for e in row if e is not None]
+    top = sorted(tops)[int(0.95 * (len(tops) - 1))] if tops else 1.0
+    maps = "".join(
+        f"<div><h3>{html.escape(m)}: {html.escape(backtests[m]['best_method'])}</h3>"
+        f"{heatmap(docs[m], backtests[m]['best_method'], top)}</div>"
+        for m in models if m in docs and backtests[m].get("best_method") in docs[m]["methods"])
+    text = ("<p>Each future cell M[i, j &gt; i] estimated without period j's labels, from what was known at "
+            "cutoff i (the matrix up to i and the model's own held-out rows), against its true value; "
+            "seed-level cells, all seeds pooled. The noise floor is the mean |X/n &minus; p| of a cell "
+            "scored on n rows (X ~ Binomial(n, p)): what a perfect estimator still misses by. Bold: each "
+            "model's best method. Methods: docs/estimates.md.</p>")
+    return ("estimates", "Before the labels arrive: label-free estimates, backtested",
+            text + table + best_table + "<p>Error |estimate &minus; M| of each model's best method, seed "
+            "mean (rows: trained up to, latest on top; columns: evaluated period; colour scale to the 95th "
+            f"percentile, {top:.1f} points):</p>" + f'<div class="cutoffs">{maps}</div>')
+
+
+

@@ -1,0 +1,99 @@
+"""The backtest: no label of period j and nothing after cutoff i reaches an estimate of M[i, j];
+noise floor and summaries on constructed matrices."""
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from driftmatrix.estimate import backtest
+from driftmatrix.estimate.backtest import ModelScores, estimate_cell
+from driftmatrix.estimate.cells import CellStats
+from estimate_cases import calibrated, stats
+
+S, K = 2, 6
+
+
+def scores(rng) -> ModelScores:
+    """A model whose confidence falls and whose accuracy follows it, with every cell labelled."""
+    values, n_eval = np.zeros((S, K, K)), np.zeros((S, K, K))
+    cells = [[[None] * K for _ in range(K)] for _ in range(S)]
+    for s in range(S):
+        for i in range(K):
+            for j in range(K):
+                low = max(0.5, 0.9 - 0.05 * max(j - i, 0))
+                c = stats(*calibrated(rng, 40 if j <= i else 120, low - 0.1, low + 0.1))
+                cells[s][i][j], values[s, i, j], n_eval[s, i, j] = c, 100 * c.accuracy, c.n
+    return ModelScores("M", [str(1950 + k) for k in range(K)], [0, 1], values, n_eval, cells,
+                       [tuple(range(i + 1)) for i in range(K)])
+
+
+def garbage(rng, cell: CellStats, labels_only: bool = False) -> CellStats:
+    """Same shapes, other numbers: the labels only, or everything."""
+    bad = dict(correct=rng.integers(0, 50, cell.counts.shape).astype(float),
+               confusion=rng.integers(0, 50, (2, 2)).astype(float))
+    if labels_only:
+        return replace(cell, **bad)
+    return CellStats(rng.integers(0, 50, cell.counts.shape).astype(float), rng.integers(1, 50, 2).astype(float),
+                     rng.uniform(0, 50), rng.uniform(0, 10), rng.uniform(0, 50, 2), **bad)
+
+
+def test_an_estimate_of_m_ij_reads_no_label_of_period_j_and_nothing_after_cutoff_i():
+    rng = np.random.default_rng(0)
+    ms = scores(rng)
+    for s in range(S):
+        for i in range(K - 1):
+            for j in range(i + 1, K):
+                clean = estimate_cell(ms, s, i, j)
+                poisoned_values = ms.values.copy()
+                poisoned_values[:, i + 1:, :] = rng.uniform(-1e6, 1e6, poisoned_values[:, i + 1:, :].shape)
+                poisoned_values[:, :, i + 1:] = rng.uniform(-1e6, 1e6, poisoned_values[:, :, i + 1:].shape)
+                cells = [[[c if (r <= i and col <= i) else garbage(rng, c) for col, c in enumerate(row)]
+                          for r, row in enumerate(seed)] for seed in ms.stats]
+                cells[s][i][j] = garbage(rng, ms.stats[s][i][j], labels_only=True)  # its inputs stay, labels go
+                poisoned = replace(ms, values=poisoned_values, n_eval=ms.n_eval * 0 - 1, stats=cells)
+                got = estimate_cell(poisoned, s, i, j)
+                assert set(got) == set(clean) == set(backtest.METHODS)
+                for name in clean:
+                    assert got[name] == clean[name], (s, i, j, name)
+
+
+def test_the_estimates_see_the_period_they_estimate():
+    """The poisoned test above would pass for estimators that ignore period j altogether: they do not."""
+    rng = np.random.default_rng(1)
+    ms = scores(rng)
+    a = estimate_cell(ms, 0, 1, 4)
+    other = [row[:] for row in ms.stats[0]]
+    other[1][4] = stats(*calibrated(rng, 120, 0.95, 1.0))
+    b = estimate_cell(replace(ms, stats=[other, ms.stats[1]]), 0, 1, 4)
+    assert a["AC"] != b["AC"] and a["carry-forward"] == b["carry-forward"] and a["trend"] == b["trend"]
+
+
+def test_a_cell_in_the_past_cannot_be_estimated():
+    ms = scores(np.random.default_rng(2))
+    with pytest.raises(ValueError, match="not in the future"):
+        estimate_cell(ms, 0, 3, 3)
+
+
+def test_noise_floor_is_the_binomial_mean_absolute_deviation():
+    assert backtest.binomial_noise(0.5, 1) == pytest.approx(0.5)
+    assert backtest.binomial_noise(0.85, 60) == pytest.approx(0.0366, abs=5e-4)  # the issue's "about 4 points"
+    big = backtest.binomial_noise(0.85, 20_000)
+    assert big == pytest.approx(np.sqrt(2 * 0.85 * 0.15 / (np.pi * 20_000)), rel=0.01)
+    assert backtest.binomial_noise(1.0, 50) == 0.0
+
+
+def test_backtest_summary_on_a_calibrated_model():
+    ms = scores(np.random.default_rng(3))
+    bt = backtest.run(ms)
+    s = bt.summary
+    n_future = S * K * (K - 1) // 2
+    assert s["n_future_cells"] == n_future and s["best_method"] in backtest.METHODS
+    for m in backtest.METHODS:
+        assert s[m]["n_cells"] == n_future
+    # a calibrated model whose confidence tracks its accuracy: AC is unbiased and beats carry-forward
+    assert abs(s["AC"]["bias"]) < 1.5 and s["AC"]["mae"] < s["carry-forward"]["mae"]
+    assert s["carry-forward"]["bias"] > 5  # carry-forward misses the decay
+    assert 0.7 <= s["AC"]["coverage"] <= 1.0
+    assert s["noise_floor"] == pytest.approx(np.nanmean(bt.noise[np.isfinite(bt.noise)]), abs=1e-4)
+    assert np.isnan(bt.estimates["AC"][0, 3, 3]) and np.isnan(bt.estimates["AC"][0, 4, 2])  # future cells only

@@ -1,0 +1,123 @@
+"""The estimates stage and `driftmatrix estimate` on a tiny real pipeline (temporary MLflow store)."""
+
+import json
+import shutil
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from driftmatrix.pipeline import Paths, run_all
+
+MODELS = {"MLP-S": {}, "Prior": {}}
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, tiny_params):
+    tmp = tmp_path_factory.mktemp("estimates")
+    params = tiny_params(tmp, models=MODELS)
+    paths = Paths(tmp / "out")
+    run_all(params, paths, generate=True)
+    return params, paths, tmp
+
+
+def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    from driftmatrix.estimate import stage
+    from driftmatrix.estimate.methods import METHODS
+    from driftmatrix.tracking import configure
+
+    params, paths, tmp = finished
+    out, metrics = tmp / "out" / "estimates", tmp / "metrics" / "estimates.json"
+    result = stage.run(params, paths.slices, paths.scores, out, metrics, track=True)
+    backtest = json.loads((out / "backtest.json").read_text())
+    assert backtest == json.loads(json.dumps(result)) and set(backtest) == set(MODELS)
+    K, S = 4, 2
+    for model, s in backtest.items():
+        assert s["noise_floor"] > 0 and s["n_future_cells"] == S * K * (K - 1) // 2
+        assert s["best_method"] in METHODS
+        for m in METHODS:
+            assert {"mae", "bias", "n_cells", "mae_label_shift", "mae_no_label_shift", "rho"} <= set(s[m])
+        doc = json.loads((out / f"{model}.json").read_text())
+        est = np.array(doc["methods"]["AC"]["estimate"], dtype=float)
+        assert est.shape == (S, K, K) and np.isnan(est[:, np.tril_indices(K)[0], np.tril_indices(K)[1]]).all()
+        assert np.isfinite(est[:, 0, 1:]).all()
+    assert set(json.loads(metrics.read_text())["MLP-S"]) >= {"noise_floor", "best_mae", "mae_trend", "mae_AC"}
+    assert "MLP-S,carry-forward," in (out / "backtest.csv").read_text()
+    exp_id = configure(params.tracking)
+    runs = MlflowClient().search_runs([exp_id], filter_string="tags.kind = 'estimates'")
+    assert len(runs) == 1 and "MLP-S.trend.mae" in runs[0].data.metrics
+
+    from driftmatrix import report
+
+    html = report.run(paths.matrices, tmp / "report" / "report.html", audit=None).read_text()
+    assert 'id="estimates"' in html and "noise floor" in html and html.count('class="errmap"') == len(MODELS)
+
+
+def new_year_without_labels(params, tmp):
+    """Year K+1 of the built-in data, its images in one folder: no class folders, no year in the names."""
+    from driftmatrix.data import synthetic
+
+    full = tmp / "next-full"
+    synthetic.write_builtin("yearbook", replace(params.synthetic, years=params.synthetic.years + 1), full)
+    year = params.synthetic.first_year + params.synthetic.years
+    flat = tmp / "next"
+    flat.mkdir(exist_ok=True)
+    files = sorted(full.rglob(f"{year}_*.png"))
+    for k, f in enumerate(files):
+        shutil.copy(f, flat / f"img{k:04d}.png")
+    return flat, len(files)
+
+
+def test_estimate_command_on_a_folder_without_labels(finished, monkeypatch):
+    from driftmatrix.cli import app
+    from driftmatrix.config import to_raw
+
+    import yaml
+
+    params, paths, tmp = finished
+    flat, n = new_year_without_labels(params, tmp)
+    assert not any(p.is_dir() for p in flat.iterdir())
+    raw = to_raw(params)
+    raw["estimate"] = {"alert_drop": 5.0}
+    (tmp / "params.yaml").write_text(yaml.safe_dump(raw))
+    out = tmp / "new-period"
+    got = CliRunner().invoke(app, ["estimate", "--data", str(flat), "-p", str(tmp / "params.yaml"),
+                                   "--slices", str(paths.slices), "--scores", str(paths.scores),
+                                   "--checkpoints", str(paths.checkpoints), "--estimates", str(tmp / "out" / "estimates"),
+                                   "--out", str(out)])
+    assert got.exit_code == 0, got.output
+    assert "MLP-S: trusts" in got.output and "retrain:" in got.output
+    doc = json.loads((out / "estimates.json").read_text())
+    assert doc["rows"] == n and doc["alert_drop"] == 5.0
+    records = doc["records"]
+    assert {(r["model"], r["cutoff"]) for r in records} == {(m, str(1950 + i)) for m in MODELS for i in range(4)}
+    for r in records:
+        assert r["lag"] == 4 - r["cutoff_index"] and r["trusted"] in r["estimates"] and r["seeds"] == 2
+        assert r["retrain"] == (r["drop"] > 5.0)
+        assert r["drop"] == pytest.approx(r["in_distribution"] - r["estimates"][r["trusted"]], abs=1e-2)
+    assert (out / "estimates.csv").read_text().startswith("model,cutoff,method,estimate,drop")
+
+
+def test_estimate_reads_no_labels_class_folders_give_the_same_estimates(finished):
+    """The same images in F/ and M/ folders (labels present) give the same numbers: labels are ignored."""
+    from driftmatrix.estimate import newperiod
+
+    params, paths, tmp = finished
+    flat, _ = new_year_without_labels(params, tmp)
+    year = params.synthetic.first_year + params.synthetic.years
+    labelled = tmp / "next-full"
+    a = newperiod.run(params, flat, paths.slices, paths.scores, paths.checkpoints, tmp / "out" / "estimates")
+    sub = tmp / "labelled"
+    for f in labelled.rglob(f"{year}_*.png"):
+        (sub / f.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(f, sub / f.parent.name / f.name)
+    images_a, _ = newperiod.read_images(flat, 32)
+    images_b, _ = newperiod.read_images(sub, 32)
+    assert sorted(map(bytes, images_a)) == sorted(map(bytes, images_b))
+    b = newperiod.run(params, sub, paths.slices, paths.scores, paths.checkpoints, tmp / "out" / "estimates")
+    for ra, rb in zip(a, b):  # AC, DoC ... are sums over rows: the order of the files does not matter
+        for m, v in ra["estimates"].items():
+            assert rb["estimates"][m] == pytest.approx(v, abs=1e-6)
