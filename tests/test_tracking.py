@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("mlflow")
 
-from driftmatrix import tracking  # noqa: E402
+from driftmatrix import serving, tracking  # noqa: E402
 from driftmatrix.config import TrackingConfig  # noqa: E402
 
 
@@ -257,7 +257,7 @@ def test_turning_log_models_on_logs_the_models_of_runs_made_without(mlflow_store
         folder = mlflow.artifacts.download_artifacts(f"models:/d.M@{tracking.alias_for(key[2:6], int(key[-1]))}",
                                                      dst_path=str(tmp_path / "dl" / key))
         assert (Path(folder) / "model.safetensors").read_bytes() == (folders[key] / "model.safetensors").read_bytes()
-        assert mlflow.MlflowClient().get_run(run_id).data.tags["model_logged"] == "true"
+        assert mlflow.MlflowClient().get_run(run_id).data.tags["model_logged"] == serving.MODEL_FORMAT
 
 
 def test_register_without_log_models_is_a_config_error():

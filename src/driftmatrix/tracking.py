@@ -22,7 +22,6 @@ import logging
 import os
 import re
 import subprocess
-import tempfile
 import threading
 import time
 import weakref
@@ -347,7 +346,7 @@ def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path
     tags = {"kind": "cutoff", "dataset": unit["dataset"], "model": unit["model"], "family": unit["family"],
             "cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]), "seed": str(unit["seed"]),
             "unit_key": unit["key"], "window": record.get("window", ""), **unit_tags(record),
-            MODEL_TAG: str(folder is not None).lower(), DRIVER_TAG: driver_id(), **dict(extra_tags),
+            MODEL_TAG: _model_format() if folder is not None else "false", DRIVER_TAG: driver_id(), **dict(extra_tags),
             **dict(record.get("tags") or {})}
     started, ended = int(record["started"] * 1000), int(record["ended"] * 1000)
     run = client.create_run(exp_id, start_time=started, tags=tags,
@@ -424,7 +423,7 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row) -> dict[
             client.set_tag(r.info.run_id, "dataset", dataset)
         if cfg.log_models and not _has_model(client, r):  # a run made while log_models was off
             client.log_artifacts(r.info.run_id, str(folders[key]), artifact_path="model")
-            client.set_tag(r.info.run_id, MODEL_TAG, "true")
+            client.set_tag(r.info.run_id, MODEL_TAG, _model_format())
     if cfg.register and cfg.log_models:
         sync_registry(client, registered_name(dataset, model), list(wanted.values()), by_key)
     superseded = sum(1 for _, by in drop if by)
@@ -448,10 +447,16 @@ def _apply(client, keep: Mapping[str, Any], drop: Sequence[tuple[Any, str | None
     return len(restored)
 
 
+def _model_format() -> str:
+    from driftmatrix.serving import MODEL_FORMAT
+
+    return MODEL_FORMAT
+
+
 def _has_model(client, run) -> bool:
-    """Whether ``run`` holds its ``model`` artifact (runs made before the tag was: by listing)."""
-    logged = run.data.tags.get(MODEL_TAG)
-    return logged == "true" if logged is not None else bool(client.list_artifacts(run.info.run_id, "model"))
+    """Whether ``run`` holds its ``model`` artifact in the current format (``serving``: an MLflow
+    pyfunc model); runs logged before, or in an older format, are logged again."""
+    return run.data.tags.get(MODEL_TAG) == _model_format()
 
 
 def lock_folder(uri: str) -> Path | None:
@@ -555,7 +560,8 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
                 version = client.create_model_version(
                     name, f"runs:/{run_ids[unit['key']]}/model", run_id=run_ids[unit["key"]],
                     tags={"cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]),
-                          "seed": str(unit["seed"]), "unit_key": unit["key"]})
+                          "seed": str(unit["seed"]), "unit_key": unit["key"], "dataset": name.rpartition(".")[0],
+                          "model": model, "train_rows": str(r.get("train_rows", ""))})
             point(alias_for(unit["cutoff"], unit["seed"]), str(version.version))
             best = lowest.get(unit["cutoff"])
             if best is None or unit["seed"] < best[0]:
@@ -671,13 +677,10 @@ def log_rows(cfg: TrackingConfig, rows: Sequence[tuple[str, Mapping[str, float],
 
 
 def load_registered(dataset: str, model: str, cutoff: str, seed: int | None = None) -> Any:
-    """The torch model registered as ``models:/<dataset>.<model>@cutoff-<label>[-seed-<s>]``,
-    rebuilt from the registry and its safetensors weights (nothing is unpickled)."""
-    import mlflow
+    """The torch network registered as ``models:/<dataset>.<model>@cutoff-<label>[-seed-<s>]``:
+    ``mlflow.pyfunc.load_model`` of the version (through ``serving.load``, which checks the folder
+    first; nothing is unpickled), unwrapped. ``serving.load(uri)`` gives the pyfunc model itself."""
+    from driftmatrix import serving
 
     uri = f"models:/{registered_name(dataset, model)}@{alias_for(cutoff, seed)}"
-    with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(mlflow.artifacts.download_artifacts(uri, dst_path=tmp))
-        from driftmatrix.checkpoints import load_model_folder
-
-        return load_model_folder(folder)
+    return serving.load(uri).unwrap_python_model().network
