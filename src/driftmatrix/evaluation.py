@@ -241,7 +241,7 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     rows = RowLogs(params, exp, plan, hashes, docs)
     mlflow_ready.join()
     with rows:
-        run_ids = sync(params, exp, ckpts, rows=rows.for_new_run)
+        run_ids = sync(params, exp, ckpts, rows=rows.for_new_run, slices_dir=slices_dir)
         written = rows.attach_rest(run_ids)
     for record in written:  # only once MLflow has them
         scores.write(record["unit_key"], docs[record["unit_key"]])
@@ -260,16 +260,18 @@ def current_doc(doc: dict[str, Any], weights_digest: str) -> dict[str, Any]:
     return doc
 
 
-def sync(params: Params, exp, store: CheckpointStore, rows=None) -> dict[str, str]:
+def sync(params: Params, exp, store: CheckpointStore, rows=None, slices_dir: str | Path | None = None) -> dict[str, str]:
     """MLflow runs, registry versions and aliases for every finished unit of the plan; ``rows``:
-    the drift-matrix row a run created now carries (``tracking.RowFor``)."""
-    from driftmatrix import tracking
+    the drift-matrix row a run created now carries (``tracking.RowFor``). A run's ``model`` is the
+    unit as an MLflow pyfunc model (``serving.ModelFolders``: made only for runs logged now;
+    ``slices_dir`` gives its input example and image size)."""
+    from driftmatrix import serving, tracking
 
     finished = [u for u in exp.plan.units if store.done(u.key)]
     extra = {"data_version": exp.manifest["data_version"]}
-    return tracking.sync_units(params.tracking, exp.dataset, exp.spec.name,
-                               [store.record(u.key) for u in finished],
-                               {u.key: store.folder(u.key) for u in finished}, extra, row=rows)
+    with serving.ModelFolders(params, exp, {u.key: store.folder(u.key) for u in finished}, slices_dir) as models:
+        return tracking.sync_units(params.tracking, exp.dataset, exp.spec.name,
+                                   [store.record(u.key) for u in finished], models, extra, row=rows)
 
 
 def row_record(exp, unit: Unit, row: Mapping[str, list], run_id: str | None) -> dict[str, Any]:
