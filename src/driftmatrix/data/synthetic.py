@@ -137,11 +137,15 @@ def cue_region(size: int = 32) -> tuple[slice, slice]:
 
 def write_builtin(source: str, cfg, target: str | Path, force: bool = False) -> tuple[str, int]:
     """The built-in dataset in the format ``dataset.source`` reads: Amazon reviews or arXiv papers
-    (``synthetic_text``), else Yearbook portraits; returns (what, how many documents/images)."""
+    (``synthetic_text``), a feature table (``synthetic_table``), else Yearbook portraits; returns (what, how many documents/images)."""
     from driftmatrix.data import synthetic_text
 
     if source in synthetic_text.WRITERS:
         return f"{source} text", synthetic_text.WRITERS[source](cfg, target, force=force)
+    if source == "table":  # a customer table with covariate and concept drift (synthetic_table)
+        from driftmatrix.data import synthetic_table
+
+        return "table", synthetic_table.write_table(cfg, target, force=force)
     return "yearbook", write_dataset(cfg, target, force=force)
 
 

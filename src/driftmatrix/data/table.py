@@ -6,7 +6,10 @@ Columns of ``IngestResult.table`` (one row per kept record):
   source's natural period label such as ``1950`` or ``2014-H1``), ``source`` (str ``file:line``
   or ``file`` for traceability);
 - inputs: ``text`` (str) for text datasets; image datasets keep pixels in ``IngestResult.images``
-  (uint8, ``(N, H, W, 3)``, row ``r`` is the image of table row ``r``);
+  (uint8, ``(N, H, W, 3)``, row ``r`` is the image of table row ``r``); tables of features
+  (``input_kind == "table"``) hold one column per feature, named :func:`feature_column`
+  (``feat:<name>``): float64 with NaN for a missing numeric value, str with None for a missing
+  category (``DatasetMeta.numeric`` / ``DatasetMeta.categorical`` list the features);
 - labels: the columns named by ``DatasetMeta.label_columns``: ``label`` (int class index) for
   binary and multiclass, ``label`` (float) for regression, and one 0/1 int column per category
   (``label_<category>``) for multilabel.
@@ -27,13 +30,20 @@ if TYPE_CHECKING:  # pragma: no cover
     import pandas as pd
 
 TASKS = ("binary", "multiclass", "multilabel", "regression")
-INPUT_KINDS = ("image", "text")
+INPUT_KINDS = ("image", "text", "table")
+FEATURE_PREFIX = "feat:"
 BASE_COLUMNS = ("id", "timestamp", "period", "source")
 MAX_EXAMPLES = 5
 
 
 class DataError(ValueError):
     """Bad input data; the message names the file, record and field."""
+
+
+def feature_column(name: str) -> str:
+    """Column of the normalised table that holds feature ``name`` (prefixed: no clash with ``id``,
+    ``label``, ``slice`` ...)."""
+    return FEATURE_PREFIX + name
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,12 @@ class DatasetMeta:
     label_columns: tuple[str, ...] = ("label",)
     class_names: tuple[str, ...] = ()
     period: str = "year"
+    numeric: tuple[str, ...] = ()  # feature tables: numeric features, in column order
+    categorical: tuple[str, ...] = ()  # feature tables: categorical features
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return (*self.numeric, *self.categorical)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:
@@ -73,6 +89,8 @@ class DatasetMeta:
         d = dict(d)
         d["label_columns"] = tuple(d.get("label_columns", ("label",)))
         d["class_names"] = tuple(d.get("class_names", ()))
+        d["numeric"] = tuple(d.get("numeric", ()))
+        d["categorical"] = tuple(d.get("categorical", ()))
         return cls(**d)
 
 
@@ -144,6 +162,7 @@ class IngestResult:
         missing = [c for c in (*BASE_COLUMNS, *self.meta.label_columns) if c not in self.table]
         if self.meta.input_kind == "text" and "text" not in self.table:
             missing.append("text")
+        missing += [feature_column(f) for f in self.meta.features if feature_column(f) not in self.table]
         if missing:
             raise DataError(f"dataset {self.meta.name!r}: normalised table lacks column(s) {missing}")
         if self.meta.input_kind == "image":

@@ -5,7 +5,13 @@ Options (``params.yaml: dataset.options`` or ``--option key=value``):
 - ``timestamp`` (required): column with an epoch (s or ms), an ISO-8601 string or a plain year;
   ``time_format``: ``auto`` (default; >= 1e11 is ms, a 4-digit integer is a year) | ``s`` | ``ms`` |
   ``iso`` | ``year``;
-- ``input`` (required): text column(s), joined with a blank line;
+- ``input``: text column(s), joined with a blank line (required unless ``features`` is given);
+- ``features``: feature columns for tabular models, instead of or beside ``input``: ``auto``
+  (every other column, numeric or categorical by its values, the schema printed in the ingest
+  report; a column of unique or more than ``max_categories`` distinct strings is left out and
+  named) or ``{numeric: [...], categorical: [...]}``. Missing values stay missing (NaN / None); a
+  value of the wrong type in a numeric column (text that is not a number, a list) drops the row as
+  ``wrong type`` naming the column; a declared column absent from a file is a one-line error;
 - ``label`` (required): the label column; for ``multilabel`` either several 0/1 columns or one
   column holding category names separated by ``label_sep`` (default space) or a JSON list;
 - ``task`` (required): binary | multiclass | multilabel | regression;
@@ -31,7 +37,7 @@ import math
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping, Sequence
 
 from driftmatrix.data.jsonl import (BAD_LABEL, BAD_TYPE, MISSING, STREAM_ERRORS, UNPARSEABLE, Drop,
                                     count_unreadable, error_text, is_gzip, parse_records, rel_label,
@@ -47,7 +53,12 @@ DEFAULTS: dict[str, Any] = {
     "timestamp": None, "time_format": "auto", "input": None, "label": None, "task": None,
     "classes": None, "id": None, "period": "year", "start": None, "end": None, "format": None,
     "delimiter": ",", "label_sep": " ", "progress": True, "target_range": [0, 1000],
+    "features": None, "max_categories": 1000,
 }
+#: Records read from the first file to infer ``features: auto``; a column is numeric when at least
+#: NUMERIC_SHARE of the values present there are numbers.
+SAMPLE_ROWS = 5000
+NUMERIC_SHARE = 0.99
 _TRUE = {"1", "true", "yes"}
 _FALSE = {"0", "false", "no"}
 
@@ -66,6 +77,8 @@ class Spec:
     stop: datetime | None
     label_sep: str
     target_range: tuple[float, float] = (0.0, 1000.0)
+    numeric: tuple[str, ...] = ()
+    categorical: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,7 +87,8 @@ class Row:
     time: datetime
     period: str
     label: Any  # float | class key | tuple of 0/1 | frozenset of category keys
-    text: str
+    text: str | None
+    features: tuple = ()  # numeric values (float, NaN = missing), then categories (str | None)
 
 
 def _blank(v: Any) -> bool:
@@ -155,8 +169,101 @@ def parse_row(raw: dict[str, Any], spec: Spec) -> Row:
     t = parse_time(raw.get(spec.time_col), spec.time_format, spec.time_col)
     check_scope(t, spec.start, spec.stop, spec.time_col)
     label = parse_label(raw, spec)
-    text = join_inputs(raw, spec.inputs, normalise=False)
-    return Row(rid, t, period_label(t, spec.period), label, text)
+    text = join_inputs(raw, spec.inputs, normalise=False) if spec.inputs else None
+    feats = tuple(parse_number(raw.get(c), c) for c in spec.numeric) + \
+        tuple(parse_category(raw.get(c), c) for c in spec.categorical)
+    return Row(rid, t, period_label(t, spec.period), label, text, feats)
+
+
+def parse_number(v: Any, col: str) -> float:
+    """A numeric feature value: NaN when missing; Drop(wrong type) for text that is not a number,
+    a non-finite number or a value of another kind (list, object, date)."""
+    if _blank(v):
+        return math.nan
+    if isinstance(v, bool):
+        return float(v)
+    if isinstance(v, (int, float)) or type(v).__name__ == "Decimal":
+        try:
+            x = float(v)
+        except OverflowError:
+            x = math.inf
+    elif isinstance(v, str):
+        try:
+            x = float(v.strip())
+        except ValueError:
+            raise Drop(BAD_TYPE, col, f"{preview(v, 20)} is not a number") from None
+    else:
+        raise Drop(BAD_TYPE, col, f"{preview(v, 20)} ({type(v).__name__}) is not a number")
+    if not math.isfinite(x):
+        raise Drop(BAD_TYPE, col, f"{preview(v, 20)} is not a finite number")
+    return x
+
+
+def parse_category(v: Any, col: str) -> str | None:
+    """A categorical feature value as its canonical text (1, 1.0 and "1" are one category); None
+    when missing; Drop(wrong type) for a list, an object or bytes."""
+    if _blank(v):
+        return None
+    return label_key(v, col)
+
+
+def _is_number(v: Any) -> bool:
+    if isinstance(v, bool):
+        return False
+    try:
+        parse_number(v, "")
+    except Drop:
+        return False
+    return True
+
+
+def infer_features(records: Iterator[tuple[str, dict]], skip: set[str], max_categories: int,
+                   limit: int = SAMPLE_ROWS) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]:
+    """``features: auto`` from up to ``limit`` records: (numeric, categorical, {ignored column:
+    why}). A column is numeric when at least :data:`NUMERIC_SHARE` of its values present are numbers or
+    text that parses as one,
+    categorical otherwise (text, booleans), and left out
+    when it is empty, nested, a date, or holds unique or over ``max_categories`` distinct values."""
+    order: dict[str, None] = {}
+    values: dict[str, list] = {}
+    for n, (_, raw) in enumerate(records):
+        if n >= limit:
+            break
+        for col, v in raw.items():
+            if col in skip:
+                continue
+            order.setdefault(col, None)
+            if not _blank(v):
+                values.setdefault(col, []).append(v)
+    numeric, categorical, ignored = [], [], {}
+    for col in order:
+        vals = values.get(col, [])
+        if not vals:
+            ignored[col] = "no value in the first records"
+            continue
+        if any(isinstance(v, (list, tuple, dict, bytes, bytearray)) or hasattr(v, "isoformat") for v in vals):
+            ignored[col] = "nested values or dates"
+            continue
+        if sum(_is_number(v) for v in vals) >= NUMERIC_SHARE * len(vals):
+            numeric.append(col)  # the rare value that is not a number drops its row as `wrong type`
+            continue
+        distinct = {str(v) for v in vals}
+        if len(distinct) > max_categories:
+            ignored[col] = f"{len(distinct)} distinct values > max_categories {max_categories}"
+        elif len(distinct) == len(vals) and len(vals) > 50:
+            ignored[col] = "every value distinct (an identifier or free text)"
+        else:
+            categorical.append(col)
+    return tuple(numeric), tuple(categorical), ignored
+
+
+def describe_schema(numeric: Sequence[str], categorical: Sequence[str], ignored: Mapping[str, str] | None = None,
+                    how: str = "declared") -> str:
+    """One line of the ingest report naming the features (``auto``: as inferred)."""
+    text = (f"features ({how}): numeric [{', '.join(numeric)}]; categorical [{', '.join(categorical)}]")
+    if ignored:
+        text += "; left out " + ", ".join(f"{c} ({why})" for c, why in ignored.items())
+    return text
 
 
 # --- record streams: (file:line, {column: value}) -------------------------------------------------
@@ -260,8 +367,25 @@ def _files(root: Path, fmt: str | None) -> list[tuple[Path, str]]:
     return files  # type: ignore[return-value]
 
 
+def _declared_features(value: Any) -> tuple[tuple[str, ...], tuple[str, ...]] | None:
+    """``features`` option -> (numeric, categorical); None for ``auto`` or absent."""
+    if value is None or value == "auto":
+        return None
+    if not isinstance(value, Mapping) or not set(value) <= {"numeric", "categorical"} or not value:
+        raise DataError(f"table reader: option features must be auto or {{numeric: [...], categorical: [...]}}, "
+                        f"got {value!r}")
+    numeric, categorical = tuple(as_list(value.get("numeric"))), tuple(as_list(value.get("categorical")))
+    both = sorted(set(numeric) & set(categorical))
+    if both:
+        raise DataError(f"table reader: features {both} are declared both numeric and categorical")
+    if not numeric and not categorical:
+        raise DataError("table reader: option features declares no column")
+    return numeric, categorical
+
+
 def _spec(opts: dict[str, Any]) -> Spec:
-    for key in ("timestamp", "input", "label", "task"):
+    required = ("timestamp", "label", "task") if opts["features"] is not None else ("timestamp", "input", "label", "task")
+    for key in required:
         if not opts[key]:
             raise DataError(f"table reader: option {key!r} is required (e.g. --option {key}=...)")
     if opts["task"] not in TASKS:
@@ -277,9 +401,14 @@ def _spec(opts: dict[str, Any]) -> Spec:
     start = parse_date(opts["start"], "start") if opts["start"] is not None else None
     stop = end_of_scope(opts["end"], "end") if opts["end"] is not None else None
     period_label(datetime(2000, 1, 1), opts["period"])
+    declared = _declared_features(opts["features"]) or ((), ())
+    used = {str(opts["timestamp"]), *labels, *([opts["id"]] if opts["id"] else [])}
+    clash = sorted(used & {*declared[0], *declared[1]})
+    if clash:
+        raise DataError(f"table reader: {clash} cannot be a feature (timestamp, label or id column)")
     return Spec(str(opts["timestamp"]), opts["time_format"], tuple(as_list(opts["input"])), labels,
                 opts["task"], classes, opts["id"], opts["period"], start, stop, str(opts["label_sep"]),
-                _target_range(opts["target_range"]))
+                _target_range(opts["target_range"]), *declared)
 
 
 def _target_range(value: Any) -> tuple[float, float]:
@@ -311,30 +440,106 @@ def _label_columns(spec: Spec, values: list[Any]) -> tuple[tuple[str, ...], dict
     return ("label",), {"label": [index[v] for v in values]}, classes
 
 
+def _file_columns(file: Path, kind: str, delimiter: str) -> list[str] | None:
+    """Column names of a CSV header or a Parquet schema (None for JSON lines or an unreadable file)."""
+    try:
+        if kind == "csv":
+            opener = gzip.open if is_gzip(file) else open
+            with opener(file, "rt", newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
+                return next(csv.reader(fh, delimiter=delimiter), [])
+        if kind == "parquet":
+            import pyarrow.parquet as pq
+
+            return list(pq.ParquetFile(file).schema_arrow.names)
+    except Exception:  # noqa: BLE001 - the record stream reports an unreadable file as a drop
+        return None
+    return None
+
+
+def _records(file: Path, kind: str, label: str, report: IngestReport, opts: Mapping[str, Any],
+             columns: list[str] | None) -> Iterator[tuple[str, dict]]:
+    if kind == "csv":
+        return _csv_rows(file, label, report, str(opts["delimiter"]), columns or [])
+    if kind == "parquet":
+        return _parquet_rows(file, label, report, columns) if columns is not None else \
+            _parquet_rows(file, label, report, _file_columns(file, kind, "") or [])
+    return stream_jsonl(file, report, label, bool(opts["progress"]))
+
+
+def _with_auto_features(spec: Spec, files: list[tuple[Path, str]], root: Path, opts: Mapping[str, Any],
+                        report: IngestReport) -> Spec:
+    """``features: auto``: the schema inferred from the first file's first records, noted in the report."""
+    from dataclasses import replace
+
+    file, kind = files[0]
+    skip = {spec.time_col, *spec.labels, *spec.inputs, *([spec.id_col] if spec.id_col else [])}
+    sample = _records(file, kind, rel_label(file, root), IngestReport(), {**opts, "progress": False}, None)
+    numeric, categorical, ignored = infer_features(sample, skip, int(opts["max_categories"]))
+    if not numeric and not categorical:
+        raise DataError(f"{file}: features auto found no numeric or categorical column besides "
+                        f"{sorted(skip)}")
+    report.notes.append(describe_schema(numeric, categorical, ignored, "auto"))
+    return replace(spec, numeric=numeric, categorical=categorical)
+
+
 def read_table(path: str | Path, name: str = "table", strict: bool = False, **options: Any) -> IngestResult:
+    import numpy as np
+
+    from driftmatrix.data.table import feature_column
+
     opts = take_options("table", options, DEFAULTS)
     spec = _spec(opts)
     root = Path(path)
     report = IngestReport(strict=strict)
-    builder = TableBuilder(("_label",), report)
-    columns = [spec.time_col, *spec.inputs, *spec.labels] + ([spec.id_col] if spec.id_col else [])
-    for file, kind in _files(root, opts["format"]):
+    builder = TableBuilder(("_label",), report, text=bool(spec.inputs))
+    files = _files(root, opts["format"])
+    if opts["features"] == "auto":
+        spec = _with_auto_features(spec, files, root, opts, report)
+    elif spec.numeric or spec.categorical:
+        report.notes.append(describe_schema(spec.numeric, spec.categorical))
+    features = (*spec.numeric, *spec.categorical)
+    columns = [spec.time_col, *spec.inputs, *spec.labels, *features] + ([spec.id_col] if spec.id_col else [])
+    values: list[tuple] = []
+    seen: set[str] = set()
+    for file, kind in files:
         label = rel_label(file, root)
-        if kind == "csv":
-            records: Iterator = _csv_rows(file, label, report, str(opts["delimiter"]), columns)
-        elif kind == "parquet":
-            records = _parquet_rows(file, label, report, columns)
-        else:
-            records = stream_jsonl(file, report, label, bool(opts["progress"]))
-        for loc, r in parse_records(records, lambda raw: parse_row(raw, spec), report):
-            builder.add(loc, r.id if r.id is not None else loc, r.time, r.period, {"_label": r.label}, r.text)
+        header = _file_columns(file, kind, str(opts["delimiter"]))
+        absent = [c for c in features if header is not None and c not in header]
+        if absent:
+            raise DataError(f"{file}: declared feature column {absent[0]!r} is not in the file")
+        for loc, r in parse_records(_records(file, kind, label, report, opts, columns),
+                                    lambda raw: _seen(parse_row(raw, spec), raw, features, seen), report):
+            if builder.add(loc, r.id if r.id is not None else loc, r.time, r.period, {"_label": r.label}, r.text):
+                values.append(r.features)
     if not len(builder):
         raise DataError(f"{root}: no record kept ({report.summary()})")
+    unseen = [c for c in features if c not in seen]
+    if unseen and all(kind == "jsonl" for _, kind in files):
+        raise DataError(f"{root}: declared feature column {unseen[0]!r} is in no record")
     table = builder.frame(label_dtype="object")
-    cols, values, classes = _label_columns(spec, list(table.pop("_label")))
+    cols, labels, classes = _label_columns(spec, list(table.pop("_label")))
     for c in cols:
-        table[c] = values[c]
+        table[c] = labels[c]
         table[c] = table[c].astype("float64" if spec.task == "regression" else "int64")
-    meta = DatasetMeta(name=name, task=spec.task, input_kind="text", label_columns=cols,
-                       class_names=tuple(classes), period=spec.period)
+    for k, f in enumerate(features):
+        column = [v[k] for v in values]
+        table[feature_column(f)] = np.asarray(column, dtype=np.float64) if k < len(spec.numeric) else \
+            pd_object(column)
+    meta = DatasetMeta(name=name, task=spec.task, input_kind="table" if features else "text", label_columns=cols,
+                       class_names=tuple(classes), period=spec.period, numeric=spec.numeric,
+                       categorical=spec.categorical)
     return IngestResult(table=table, meta=meta, report=report)
+
+
+def _seen(row: Row, raw: Mapping[str, Any], features: Sequence[str], seen: set[str]) -> Row:
+    """``row``, noting which feature columns the record had (JSON lines have no header to check)."""
+    if len(seen) < len(features):
+        seen.update(c for c in features if c in raw)
+    return row
+
+
+def pd_object(values: list) -> Any:
+    """A text column with None for missing values."""
+    import pandas as pd
+
+    return pd.Series(values, dtype=object).to_numpy()
