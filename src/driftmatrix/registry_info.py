@@ -1,0 +1,240 @@
+"""What a deployer reads in the model registry: version tags and descriptions, model descriptions,
+and the retraining-horizon advisor's picks as aliases.
+
+The report stage (``driftmatrix report --track``) has both the seed-level matrices and MLflow,
+and runs whenever the matrices change; after logging its ``matrices · <dataset>`` run it calls
+:func:`annotate`, which makes the registry agree with the matrices:
+
+- every version of ``<dataset>.<model>`` gets tags ``dataset, model, cutoff, seed, unit_key,
+  train_rows, metric, in_distribution, future_mean, decay`` (its own drift-matrix row: M[i, i],
+  the mean over j > i, their oriented difference) and a one-paragraph description with the same
+  numbers;
+- every registered model's description says what the model is, what goes in and comes out, its
+  aliases, and links the matrices run;
+- for each horizon H of ``params.yaml: advisor.horizons`` the advisor's pick (the model with the
+  best expected score when retrained every H periods, as ``driftmatrix recommend``) gets the
+  alias ``recommended-h<H>`` on its latest cutoff's version (lowest seed: the ``cutoff-<label>``
+  version), and no other registered model of the dataset keeps that alias. A new period moves it
+  to the new cutoff's version; a new leader moves it to another model.
+
+Only what differs is written, so a second run over the same matrices writes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from driftmatrix import tracking
+from driftmatrix.config import ConfigError, Params, build
+
+log = logging.getLogger(__name__)
+
+ALIAS_PREFIX = "recommended-h"
+SCORE_TAGS = ("metric", "in_distribution", "future_mean", "decay")
+
+
+@dataclass(frozen=True)
+class AdvisorConfig:
+    """``params.yaml: advisor`` (optional): retraining horizons whose pick becomes an alias."""
+
+    horizons: tuple[int, ...] = (1,)
+
+
+def advisor_config(params: Params) -> AdvisorConfig:
+    cfg = build(AdvisorConfig, params.extra.get("advisor"), "params.yaml: advisor")
+    bad = [h for h in cfg.horizons if h < 1]
+    if bad:
+        raise ConfigError(f"params.yaml: advisor.horizons: expected periods >= 1, got {bad[0]!r}")
+    return cfg
+
+
+def alias_for_horizon(horizon: int) -> str:
+    return f"{ALIAS_PREFIX}{int(horizon)}"
+
+
+def _fmt(value: float, unit: str = "") -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.4g}{' ' + unit if unit else ''}"
+
+
+@dataclass(frozen=True)
+class RowScores:
+    in_distribution: float
+    future_mean: float
+    decay: float
+    n_future: int
+
+
+def row_scores(values: np.ndarray, i: int, higher_is_better: bool) -> RowScores:
+    """The unit's own row of a matrix: M[i, i], the mean of its filled cells j > i, the decay."""
+    from driftmatrix.analysis.summary import decay
+
+    row = np.asarray(values, dtype=float)
+    future = row[i + 1:][~np.isnan(row[i + 1:])]
+    fut = float(future.mean()) if len(future) else float("nan")
+    own = float(row[i])
+    return RowScores(own, fut, decay(own, fut, higher_is_better), int(len(future)))
+
+
+def version_tags(matrices, version, train_rows: float | None) -> dict[str, str]:
+    """The tags a version should carry, from its model's seed-level matrices (None when its cutoff
+    or seed is not in them)."""
+    cutoff, seed = version.tags.get("cutoff"), version.tags.get("seed")
+    seeds = [int(s) for s in (matrices.seeds or [])]
+    if cutoff not in matrices.slices or seed is None or not seed.lstrip("-").isdigit() or int(seed) not in seeds:
+        return {}
+    i, s = matrices.slices.index(cutoff), seeds.index(int(seed))
+    scores = row_scores(matrices.seed_values[s, i], i, matrices.higher_is_better)
+    tags = {"dataset": matrices.dataset, "model": matrices.model, "cutoff": cutoff, "seed": seed,
+            "metric": f"{matrices.metric} ({matrices.unit})" if matrices.unit else matrices.metric,
+            "in_distribution": _fmt(scores.in_distribution), "future_mean": _fmt(scores.future_mean),
+            "decay": _fmt(scores.decay)}
+    if train_rows is not None:
+        tags["train_rows"] = str(int(train_rows))
+    return {k: v for k, v in tags.items() if v}
+
+
+def version_description(matrices, tags: Mapping[str, str], unit_key: str | None) -> str:
+    unit = matrices.unit or ""
+    n_future = len(matrices.slices) - 1 - matrices.slices.index(tags["cutoff"])
+    future = (f"{tags['future_mean']} {unit} on average over the {n_future} later period(s)" if n_future
+              else "no later period yet")
+    rows = f", {tags['train_rows']} training rows" if "train_rows" in tags else ""
+    return (f"{matrices.model} trained on {matrices.dataset} up to {tags['cutoff']} (seed {tags['seed']}{rows}). "
+            f"{matrices.metric}: {tags['in_distribution']} {unit} in distribution, {future}; decay "
+            f"{tags['decay']}. Unit {unit_key or '?'}.").replace("  ", " ")
+
+
+def model_description(spec, dataset: str, config: Mapping[str, Any] | None, matrices_run: str | None,
+                      exp_id: str | None, horizons: list[int]) -> str:
+    """What the registered model is, what it takes and gives, its aliases and the matrices run."""
+    lines = [f"**{spec.name}** ({spec.family}) on **{dataset}**: {spec.description}.",
+             "One version per training cutoff and seed: the model trained on every period up to "
+             "the cutoff. Aliases `cutoff-<label>` (lowest seed), `cutoff-<label>-seed-<s>`"
+             + (", and `recommended-h<H>` on the version the retraining advisor picks for horizon H "
+                f"({', '.join(map(str, horizons))}) when this model leads" if horizons else "") + "."]
+    if config:
+        if config.get("modality") == "image":
+            h, w, c = config.get("image_shape") or ("H", "W", 3)
+            takes = (f"uint8 images (N, {h}, {w}, {c}) (image files: `driftmatrix.serving.read_images(paths, "
+                     f"({h}, {w}))`)")
+        else:
+            takes = "raw strings (the model runs its encoder" + (
+                f" {config['encoder']}" if config.get("encoder") else "") + " itself)"
+        lines.append(f"`predict` takes {takes} and returns "
+                     + ("the predicted value" if config.get("task") == "regression" else
+                        "class probabilities") + f" as columns {', '.join(config.get('columns') or [])}.")
+    if matrices_run:
+        link = f"#/experiments/{exp_id}/runs/{matrices_run}" if exp_id else f"runs:/{matrices_run}"
+        lines.append(f"Drift matrices, report and heatmaps: run [{matrices_run}]({link}).")
+    lines.append("Load: `mlflow.pyfunc.load_model(\"models:/<name>@<alias>\")`; serve: "
+                 "`mlflow models serve -m models:/<name>@<alias> --env-manager local -h 127.0.0.1`.")
+    return "\n\n".join(lines)
+
+
+def _config_of(client, version) -> dict[str, Any] | None:
+    """The pyfunc config of a version's MLmodel (None when absent or unreadable)."""
+    import tempfile
+    from pathlib import Path
+
+    import yaml
+
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = client.download_artifacts(version.run_id, "model/MLmodel", tmp)
+            doc = yaml.safe_load(Path(path).read_text())
+        return dict(doc["flavors"]["python_function"].get("config") or {})
+    except Exception:  # noqa: BLE001 - descriptive only
+        return None
+
+
+def annotate(params: Params, cohort, matrices_run: str | None = None) -> dict[str, Any]:
+    """Make the registry agree with ``cohort`` (the matrices just reported); see the module
+    docstring. Returns what it did: ``{"versions": n tagged, "aliases": {alias: "name/version"}}``."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    from driftmatrix.analysis import advisor
+    from driftmatrix.models.registry import REGISTRY
+
+    cfg = params.tracking
+    horizons = sorted(set(advisor_config(params).horizons))
+    if not (cfg.register and cfg.log_models):
+        return {"versions": 0, "aliases": {}}
+    exp_id = tracking.configure(cfg)
+    client = MlflowClient()
+    dataset = params.dataset.name
+    registered: dict[str, Any] = {}
+    touched = 0
+    with tracking.quiet_mlflow():
+        for model, matrices in cohort.models.items():
+            name = tracking.registered_name(dataset, model)
+            try:
+                rm = client.get_registered_model(name)
+            except MlflowException:
+                continue
+            registered[model] = rm
+            versions = client.search_model_versions(f"name = {tracking.quote(name)}", max_results=100_000)
+            rows = {r.info.run_id: r.data.metrics.get("train_rows") for r in tracking.model_runs(exp_id, model)}
+            for v in versions:
+                want = version_tags(matrices, v, rows.get(v.run_id))
+                if not want:
+                    continue
+                for key, value in want.items():
+                    if v.tags.get(key) != value:
+                        client.set_model_version_tag(name, v.version, key, value)
+                        touched += 1
+                text = version_description(matrices, want, v.tags.get("unit_key"))
+                if (v.description or "") != text:
+                    client.update_model_version(name, v.version, description=text)
+            spec = REGISTRY[model] if model in REGISTRY else None
+            if spec is not None:
+                config = _config_of(client, versions[0]) if versions else None
+                text = model_description(spec, dataset, config, matrices_run, exp_id, horizons)
+                if (rm.description or "") != text:
+                    client.update_registered_model(name, description=text)
+                if matrices_run and rm.tags.get("matrices_run") != matrices_run:
+                    client.set_registered_model_tag(name, "matrices_run", matrices_run)
+    picks = recommend(client, dataset, cohort, registered, horizons)
+    if touched or picks:
+        log.info("registry: %d version tags written; %s", touched,
+                 ", ".join(f"{a} -> {p}" for a, p in picks.items()) or "no advisor alias")
+    return {"versions": touched, "aliases": picks}
+
+
+def recommend(client, dataset: str, cohort, registered: Mapping[str, Any], horizons: list[int]) -> dict[str, str]:
+    """Point ``recommended-h<H>`` at the advisor's pick for each H (its latest cutoff's lowest-seed
+    version) and remove it from every other registered model of ``dataset``."""
+    from mlflow.exceptions import MlflowException
+
+    from driftmatrix.analysis import advisor
+
+    curves = {m: c for m, c in cohort.curves.items() if m in registered}
+    latest = tracking.alias_for(cohort.slices[-1])
+    out: dict[str, str] = {}
+    for h in horizons:
+        alias = alias_for_horizon(h)
+        ranked = [s for s in advisor.rank_for_horizon(curves, h, cohort.higher_is_better) if math.isfinite(s.mean)] \
+            if curves else []
+        target = None
+        for pick in ranked:  # the leader, or the next one when the leader has no version to point at
+            name = tracking.registered_name(dataset, pick.model)
+            try:
+                target = (name, str(client.get_model_version_by_alias(name, latest).version))
+                break
+            except MlflowException:
+                continue
+        for model, rm in registered.items():
+            name = tracking.registered_name(dataset, model)
+            held = {a: str(v) for a, v in (rm.aliases or {}).items()}
+            if target and name == target[0]:
+                if held.get(alias) != target[1]:
+                    client.set_registered_model_alias(name, alias, target[1])
+                out[alias] = f"{name}/{target[1]}"
+            elif alias in held:
+                client.delete_registered_model_alias(name, alias)
+    return out
