@@ -405,10 +405,20 @@ def _pool_map(fn, recipe, items: list, workers: int, threads: int, bar: Progress
 
 
 # --- Ray ---------------------------------------------------------------------------------------
+LOOPBACK = "127.0.0.1"
+LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+
 def start_ray(cfg: RuntimeConfig, *, num_cpus: int | None = None, num_gpus: int | None = None) -> None:
     """``ray.init`` once per process: join ``cfg.address`` or, for ``null``, start a fresh local Ray
-    (``num_cpus``/``num_gpus`` cap it; default: this machine's). No dashboard, no worker logs on
-    the driver's terminal, no usage reporting."""
+    (``num_cpus``/``num_gpus`` cap it; default: this machine's) that listens on loopback only. No
+    dashboard, no worker logs on the driver's terminal, no usage reporting."""
+    if cfg.address is None:
+        # Ray turns a node IP of 127.0.0.1 into the machine's own interface address unless its
+        # "this machine only" switch (named for Windows and macOS, read on every OS) is off: then
+        # the GCS, raylets, agents and workers all listen on 127.0.0.1. Read when Ray is imported,
+        # and inherited by every process the private Ray starts.
+        os.environ[LOCAL_ONLY_ENV] = "0"
     import ray
 
     if ray.is_initialized():
@@ -416,9 +426,12 @@ def start_ray(cfg: RuntimeConfig, *, num_cpus: int | None = None, num_gpus: int 
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
     if cfg.address is None:
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False  # in case Ray was imported before the switch was set
         # "local", not None: None would join any Ray already running on this machine (RAY_ADDRESS or
         # another user's), which is a cluster we were not asked to use
-        kwargs.update(address="local", num_cpus=num_cpus, num_gpus=num_gpus)
+        kwargs.update(address="local", num_cpus=num_cpus, num_gpus=num_gpus, _node_ip_address=LOOPBACK)
     else:
         kwargs.update(address=cfg.address)
     started = time.perf_counter()
