@@ -137,15 +137,30 @@ def _sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def load_model_folder(folder: str | Path, device: str = "cpu"):
-    """Rebuild a logged model from ``model.json`` and load ``model.safetensors`` (no pickle)."""
+def load_model_folder(folder: str | Path, device: str = "cpu", trusted: list[str] | None = None):
+    """Rebuild a logged model from ``model.json`` and load ``model.safetensors`` (no pickle). A
+    tabular model loads its skops parts with its own trusted types (a named estimator's: its class
+    and the types its params.yaml entry trusts, as recorded; ``trusted`` replaces that list)."""
     from safetensors.torch import load_file
 
     from driftmatrix.models.registry import get
 
     folder = Path(folder)
     desc = json.loads((folder / DESCRIPTION).read_text())
+    if desc.get("format") == "driftmatrix-tabular-1":  # preprocessing + estimator; skops / LightGBM text inside
+        return load_tabular(desc, load_file(str(folder / WEIGHTS), device="cpu"), trusted)
     kwargs = {"dropout": desc["dropout"]} if desc.get("dropout") is not None else {}
     model = get(desc["model"]).build(desc["num_outputs"], desc.get("info") or {}, **kwargs)
     model.load_state_dict(load_file(str(folder / WEIGHTS), device=device))
     return model.to(device).eval()
+
+
+def load_tabular(desc: dict[str, Any], state: Mapping[str, Any], trusted: list[str] | None = None):
+    """A tabular model (``models.tabular``) from its description and stored tensors."""
+    import importlib
+
+    tabular = importlib.import_module("driftmatrix.models.tabular")
+    info = dict(desc.get("info") or {})
+    kind = str(info.get("kind") or "")
+    model = tabular.TabularModel(kind, desc["num_outputs"], info, desc.get("dropout"))
+    return model.load_state_dict(state, trusted).eval()

@@ -122,8 +122,11 @@ class Params:
     extra: Mapping[str, Any] = field(default_factory=dict)  # sections owned by other stages
 
     def train_for(self, model: str) -> TrainConfig:
-        """The training config of one model: ``train`` with that model's overrides applied."""
-        overrides = dict(self.models.get(model) or {})
+        """The training config of one model: ``train`` with that model's overrides applied (its
+        estimator options, ``models.custom.OPTIONS``, configure the estimator instead)."""
+        from driftmatrix.models.custom import training_overrides
+
+        overrides = training_overrides(self.models.get(model))
         return build(TrainConfig, {**_asdict(self.train), **overrides}, f"models.{model}")
 
 
@@ -205,6 +208,13 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     if not isinstance(models, Mapping) or not models:
         raise ConfigError(f"{source}: models must be a non-empty mapping of model name -> overrides")
     models = {str(k): dict(v or {}) for k, v in models.items()}
+    from driftmatrix.models import custom
+
+    for name, entry in models.items():
+        problem = custom.check(name, custom.options_of(entry), f"{source}: models.{name}")
+        if problem:
+            raise ConfigError(problem)
+    custom.remember(models)
     extra = {k: v for k, v in raw.items() if k not in sections and k != "models"}
     params = Params(models=models, extra=extra, **built)
     for name in models:  # validate every override early, with the model named

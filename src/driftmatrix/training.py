@@ -38,8 +38,11 @@ def effective_config(params: Params, model: str) -> TrainConfig:
 
     from driftmatrix.units import parse_window
 
+    from driftmatrix.models.custom import training_overrides
+
     spec = get(model)
-    merged = {**asdict(params.train), **dict(spec.train_defaults), **dict(params.models.get(model) or {})}
+    check_estimator(params, model, spec)
+    merged = {**asdict(params.train), **dict(spec.train_defaults), **training_overrides(params.models.get(model))}
     cfg = build(TrainConfig, merged, f"models.{model}")
     parse_window(cfg.window, f"models.{model}.window")  # a clear error before any work
     repeated = sorted({s for s in cfg.seeds if list(cfg.seeds).count(s) > 1})
@@ -47,6 +50,37 @@ def effective_config(params: Params, model: str) -> TrainConfig:
         raise ConfigError(f"params.yaml: models.{model}.seeds (or train.seeds): seed {repeated[0]} is listed "
                           f"twice; each seed is one run of every cutoff")
     return cfg
+
+
+def model_options(params: Params, model: str) -> dict[str, Any]:
+    """The estimator options of ``models.<model>`` (``models.custom.OPTIONS``: estimator, params,
+    encoding, trusted); empty for the torch models."""
+    from driftmatrix.models.custom import options_of
+
+    return options_of(params.models.get(model))
+
+
+def check_estimator(params: Params, model: str, spec) -> None:
+    """One-line errors for estimator options a model cannot take, or an estimator that cannot be imported."""
+    options = model_options(params, model)
+    if not options:
+        return
+    if spec.inputs != "table":
+        raise ConfigError(f"params.yaml: models.{model}: {sorted(options)} configure tabular models only; "
+                          f"{model} is a {spec.modality} model")
+    if options.get("estimator") and spec.family != "Custom":
+        raise ConfigError(f"params.yaml: models.{model}: {model} is a catalog model; name your estimator "
+                          f"something else (e.g. My{model})")
+    if options.get("estimator"):
+        from driftmatrix.models.tabular import estimator_class
+
+        try:
+            cls = estimator_class(options["estimator"])
+        except ValueError as exc:
+            raise ConfigError(f"params.yaml: models.{model}.{exc}") from None
+        if not (hasattr(cls, "fit") and hasattr(cls, "get_params")):
+            raise ConfigError(f"params.yaml: models.{model}.estimator: {options['estimator']} is not a "
+                              "scikit-learn-compatible estimator (no fit / get_params)")
 
 
 def resolve_environment(params: Params, model: str) -> Environment:
@@ -159,6 +193,9 @@ def predict(model, inputs, batch_size: int = 1024, precision: str = "fp32",
     import torch
 
     model.eval()
+    if not isinstance(model, torch.nn.Module):  # a tabular model (models.tabular): computes on the CPU
+        outs = [model(*batch) for batch in (input_batches(inputs, batch_size, rows) if batches is None else batches)]
+        return torch.cat(outs).numpy() if outs else np.zeros((0, 0), dtype=np.float32)
     device = next(model.parameters()).device
     outs = []
     with torch.inference_mode(), autocast(device, precision):
@@ -190,6 +227,12 @@ def model_plan(params: Params, model: str, manifest: Mapping[str, Any], env: Env
                 "features": encoder_identity(spec.inputs, spec.encoder, params.extra.get("embed"))}
     if spec.revision:
         identity["revision"] = spec.revision
+    if spec.inputs == "table":  # its estimator's options and the libraries that compute it
+        from driftmatrix.models.custom import library_versions
+
+        options = model_options(params, model)
+        identity["tabular"] = {"features": {"numeric": list(meta.numeric), "categorical": list(meta.categorical)},
+                               "options": options, "libraries": library_versions(spec.build.cls, options)}
     slice_hashes(manifest)  # a clear error for slices written before content hashes existed
     return plan_model(params.dataset.name, model, spec.family, identity, effective_config(params, model),
                       manifest["slices"], code=code, env=env.keyed(), scoring=scoring)
@@ -254,6 +297,8 @@ class Experiment(ExperimentInfo):
         if self.spec.inputs == "pixels":  # a flattening model gains nothing from channels-last batches
             self.inputs.channels_last = self.spec.family != "MLP"
         self.info = dict(getattr(self.inputs, "info", {}))
+        if self.spec.inputs == "table":  # what a tabular model is built from (and rebuilt from model.json)
+            self.info.update(kind=self.spec.build.cls, task=self.meta.task, options=model_options(params, model))
         self.eval_batches = None  # evaluation.EvalBatches, made by the first scored checkpoint
 
     def new_model(self, seed: int):
@@ -268,13 +313,13 @@ class Experiment(ExperimentInfo):
 
     def description(self) -> dict[str, Any]:
         """How to rebuild this model's network (``model.json`` beside its weights)."""
-        return {"format": "driftmatrix-safetensors-1", "model": self.spec.name,
+        return {"format": "driftmatrix-tabular-1" if self.spec.inputs == "table" else "driftmatrix-safetensors-1", "model": self.spec.name,
                 "num_outputs": self.meta.num_outputs, "info": self.info, "dropout": self.cfg.dropout,
                 "inputs": self.spec.inputs, "task": self.meta.task}
 
     def load_unit(self, store: "CheckpointStore", key: str):
         model = self.new_model(0)
-        model.load_state_dict(store.load_state(key, self.device))
+        model.load_state_dict(store.load_state(key, "cpu" if self.spec.inputs == "table" else self.device))
         return model
 
     def train_rows(self, unit: Unit) -> np.ndarray:
@@ -286,6 +331,10 @@ class Experiment(ExperimentInfo):
         from driftmatrix.tasks import make_loss
 
         rows = self.train_rows(unit)
+        if self.spec.inputs == "table":  # preprocessing and model fitted on the window's rows alone
+            model = self.new_model(unit.seed)
+            return model, model.fit(self.inputs, rows, self.targets_np, self.cfg, unit.seed, self.device,
+                                    on_epoch, loop=fit), len(rows)
         loss_fn = make_loss(self.meta.task, self.targets_np[rows])
         model = self.new_model(unit.seed)
         init_output_bias(model, self.meta.task, self.targets_np[rows])  # start at the window's prior

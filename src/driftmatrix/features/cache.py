@@ -75,7 +75,7 @@ def needed(model_names: Iterable[str], cfg: EmbedConfig) -> dict[str, bool]:
     out: dict[str, bool] = {}
     for name in model_names:
         spec = get(name)
-        if spec.inputs in ("pixels", "none"):  # raw pixels or no inputs (Prior): nothing to cache
+        if spec.inputs in ("pixels", "table", "none"):  # raw pixels, features or no inputs: nothing to cache
             continue
         enc = encoder_of(spec.inputs, spec.encoder, cfg)
         out[enc] = out.get(enc, False) or spec.inputs == "token_states"

@@ -88,7 +88,8 @@ def normalise(pixels: torch.Tensor) -> torch.Tensor:
 
 def load_inputs(inputs: str, slices_dir: str | Path, features_dir: str | Path = "outputs/features",
                 encoder: str | None = None, embed=None) -> Inputs:
-    """Inputs of kind ``pixels``, ``token_states``, ``pooled`` or ``none`` for every row of the slices.
+    """Inputs of kind ``pixels``, ``token_states``, ``pooled``, ``table`` (the features of a feature
+    table, ``features.table``) or ``none`` for every row of the slices.
 
     ``embed`` is the ``params.yaml: embed`` section (max length, encoder overrides) that names
     the feature cache of the non-pixel kinds.
@@ -98,6 +99,17 @@ def load_inputs(inputs: str, slices_dir: str | Path, features_dir: str | Path = 
     if inputs == "none":
         rows, _, _ = load_slices(slices_dir)
         return RowCountInputs(len(rows))
+    if inputs == "table":
+        from driftmatrix.data.table import DatasetMeta, feature_column
+        from driftmatrix.features.table import TableInputs
+
+        rows, manifest, _ = load_slices(slices_dir)
+        meta = DatasetMeta.from_dict(manifest["dataset"])
+        if not meta.features:
+            raise DataError(f"{slices_dir}: a tabular model needs a feature table (dataset.options.features), "
+                            f"the slices hold {meta.input_kind} data")
+        return TableInputs.from_frame(rows, meta.numeric, meta.categorical,
+                                      [feature_column(f) for f in meta.features])
     if inputs == "pixels":
         _, _, images = load_slices(slices_dir)
         if images is None:

@@ -91,3 +91,32 @@ register(ModelSpec(name="Prior", family=BASELINE_FAMILY, modality="any", inputs=
                    build=Builder("driftmatrix.models.heads"), train_defaults={"epochs": 0},
                    description="constant output = the cutoff's training prior (majority class log-frequencies, "
                                "weighted mean rating, weighted category log-odds); no inputs, no training"))
+
+# name -> (family, kind in models.tabular, training defaults): models of a feature table (source: table)
+TABULAR_DEFAULTS = {"epochs": 0, "eval_batch_size": 65536}  # fitted by their library; scored in large batches
+TABULAR: dict[str, tuple[str, str, dict[str, Any], str]] = {
+    "LogReg": ("Linear", "LogReg", TABULAR_DEFAULTS,
+               "logistic regression (linear regression for ratings) on imputed, scaled numbers and one-hot categories"),
+    "HistGBT": ("GBDT", "HistGBT", TABULAR_DEFAULTS,
+                "scikit-learn histogram gradient boosting with native categorical splits"),
+    "LightGBM": ("GBDT", "LightGBM", TABULAR_DEFAULTS, "LightGBM gradient boosting with native categorical splits"),
+    "MLP-Tab": ("MLP", "MLP", {"epochs": 8, "batch_size": 256, "lr": 1e-3, "weight_decay": 1e-5,
+                               "optimizer": "adamw", "eval_batch_size": 65536},
+                "MLP (128, 64) over scaled numbers and one embedding per categorical feature"),
+}
+
+for _name, (_family, _kind, _defaults, _text) in TABULAR.items():
+    register(ModelSpec(name=_name, family=_family, modality="table", inputs="table",
+                       build=Builder("driftmatrix.models.tabular", _kind), train_defaults=_defaults,
+                       description=_text))
+
+
+def custom_spec(name: str, family: str) -> ModelSpec:
+    """A model named in params.yaml by its estimator's import path (``models.custom``): a tabular
+    model of kind ``Custom`` (registry.get builds it on demand)."""
+    from driftmatrix.models.custom import ESTIMATORS
+
+    return ModelSpec(name=name, family=family, modality="table", inputs="table",
+                     build=Builder("driftmatrix.models.tabular", "Custom"), train_defaults=TABULAR_DEFAULTS,
+                     description=f"scikit-learn-compatible estimator {ESTIMATORS[name]['estimator']} on the unit's "
+                                 "own preprocessing")

@@ -1,7 +1,8 @@
 """One registry of named model variants (the paper's names), each with its family and inputs.
 
 A spec says how to build the network (``build(num_outputs, info)``), which inputs it reads
-(raw ``pixels``, cached ``token_states``, cached ``pooled`` encoder features, or ``none``: only
+(raw ``pixels``, cached ``token_states``, cached ``pooled`` encoder features, the features of a
+``table`` (``models.tabular``), or ``none``: only
 the batch size, for the ``Prior`` baseline of ``models.heads``) and any
 optimiser defaults that differ from ``params.yaml: train`` (e.g. frozen-encoder heads use lr 1e-4
 on images). ``models.catalog`` registers every variant without importing torch; :func:`get` imports
@@ -15,7 +16,9 @@ import importlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-INPUTS = ("pixels", "token_states", "pooled", "none")
+from driftmatrix.models import custom
+
+INPUTS = ("pixels", "token_states", "pooled", "table", "none")
 # The module that registers every model when imported (torch-free: networks load when built).
 MODEL_MODULES = ["driftmatrix.models.catalog"]
 BASELINE_FAMILY = "Baseline"  # reference models (Prior): no learning; keep them out of cohort means
@@ -52,6 +55,8 @@ class _Registry(collections.abc.Mapping):
 
     def __getitem__(self, key: str) -> ModelSpec:
         specs = self._all()
+        if key not in specs and key in custom.ESTIMATORS:  # named in params.yaml by import path
+            return custom_spec(key)
         if key not in specs:
             raise KeyError(f"unknown model {key!r}; known: {', '.join(sorted(specs))}")
         return specs[key]
@@ -64,6 +69,13 @@ class _Registry(collections.abc.Mapping):
 
 
 REGISTRY = _Registry()
+CUSTOM_FAMILY = "Custom"  # estimators named by import path in params.yaml (models.custom)
+
+
+def custom_spec(name: str) -> ModelSpec:
+    """The spec of a model that ``params.yaml`` names by its estimator's import path (made by the
+    catalog, which imports this module: loaded by name, as the catalog itself is)."""
+    return importlib.import_module("driftmatrix.models.catalog").custom_spec(name, CUSTOM_FAMILY)
 
 
 def register(spec: ModelSpec) -> ModelSpec:

@@ -1,0 +1,218 @@
+"""Tabular models: leak-free preprocessing per unit, unseen categories, pickle-free storage,
+estimators named by import path."""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from driftmatrix.checkpoints import CheckpointStore, load_model_folder
+from driftmatrix.config import ConfigError
+from driftmatrix.data.table import feature_column
+from driftmatrix.features.table import TableInputs, category_hash
+from driftmatrix.models import tabular
+from driftmatrix.training import Experiment, predict
+
+from conftest import TABULAR, make_table_params
+
+CUSTOM = {"MyGBT": {"estimator": "sklearn.ensemble.GradientBoostingClassifier",
+                    "params": {"max_depth": 2, "n_estimators": 15}, "trusted": ["sklearn.tree._tree.Tree"]}}
+
+
+def _experiment(params, paths, model, slices=None):
+    return Experiment(params, model, slices or paths.slices, paths.features)
+
+
+def _poison_future(paths, cutoff: int, dest: Path) -> Path:
+    """A copy of the slices whose rows after ``cutoff`` carry wild numbers and new categories."""
+    shutil.copytree(paths.slices, dest)
+    rows = pd.read_parquet(dest / "rows.parquet")
+    later = rows["slice"] > cutoff
+    for col in rows.columns:
+        if col.startswith("feat:"):
+            if rows[col].dtype.kind == "f":
+                rows.loc[later, col] = rows.loc[later, col] * 1000.0 + 5e6
+            else:
+                rows[col] = rows[col].astype(object)
+                rows.loc[later, col] = "poison-" + rows.loc[later, col].astype(str)
+    rows.to_parquet(dest / "rows.parquet", index=False)
+    return dest
+
+
+@pytest.mark.parametrize("model", TABULAR)
+def test_preprocessing_is_fitted_on_the_units_own_rows_only(sliced, tmp_path, model):
+    """Poisoning every row after the cutoff changes neither the fitted unit nor its scores on the
+    periods up to the cutoff; a preprocessor fitted on all rows would change both."""
+    params, paths = sliced
+    cutoff = 2
+    clean = _experiment(params, paths, model)
+    poisoned = _experiment(params, paths, model, _poison_future(paths, cutoff, tmp_path / "poisoned"))
+    unit = clean.plan.unit(0, cutoff)
+    assert poisoned.plan.unit(0, cutoff).key == unit.key  # the window's slices are the same
+    a, b = clean.train_unit(unit)[0], poisoned.train_unit(unit)[0]
+    sa, sb = a.state_dict(), b.state_dict()
+    assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    rows = np.flatnonzero(clean.slice_ids <= cutoff)
+    assert np.array_equal(predict(a, clean.inputs, rows=rows), predict(b, poisoned.inputs, rows=rows))
+    # the control: the same preprocessing fitted on every row sees the poison
+    fit_all = [tabular.Preprocessor("onehot", len(clean.meta.numeric), len(clean.meta.categorical)).fit(
+        e.inputs.num.numpy(), e.inputs.cat.numpy()) for e in (clean, poisoned)]
+    x = [p.transform(clean.inputs.num[rows].numpy(), clean.inputs.cat[rows].numpy()) for p in fit_all]
+    assert x[0].shape != x[1].shape or not np.allclose(x[0], x[1])
+
+
+def test_unseen_categories_are_handled_and_counted(sliced):
+    params, paths = sliced
+    for model in ("LogReg", "HistGBT", "LightGBM", "MLP-Tab"):
+        exp = _experiment(params, paths, model)
+        fitted = exp.train_unit(exp.plan.unit(0, 0))[0]
+        frame = pd.DataFrame({**{f: [1.0, np.nan] for f in exp.meta.numeric},
+                              **{c: ["never-seen", None] for c in exp.meta.categorical}})
+        out = fitted.predict_frame(frame)
+        assert out.shape == (2, 2) and np.isfinite(out).all()
+        assert fitted.unseen == len(exp.meta.categorical)  # one unseen value per column; None is missing
+
+
+def test_stored_units_load_without_pickle_and_predict_the_same(sliced, tmp_path):
+    params, paths = sliced
+    for model in TABULAR:
+        exp = _experiment(params, paths, model)
+        unit = exp.plan.unit(0, 1)
+        result = {"state": exp.train_unit(unit)[0].state_dict()}
+        store = CheckpointStore(tmp_path / "ckpt", model)
+        store.write(unit.key, result["state"], exp.description(), {"unit": {}})
+        loaded = exp.load_unit(store, unit.key)
+        again = load_model_folder(store.folder(unit.key))
+        trained = exp.new_model(0).load_state_dict(result["state"])
+        rows = np.flatnonzero(exp.slice_ids == 3)
+        expected = predict(trained, exp.inputs, rows=rows)
+        assert np.array_equal(predict(loaded, exp.inputs, rows=rows), expected)
+        assert np.array_equal(predict(again, exp.inputs, rows=rows), expected)
+
+
+class _Exploit:
+    """Unpickling (or building) this object writes a marker file."""
+
+    marker: Path
+
+    def __reduce__(self):
+        return (Path.write_text, (self.marker, "pwned"))
+
+    def __setstate__(self, state):
+        self.marker.write_text("pwned")
+
+
+def test_crafted_pickles_and_untrusted_types_never_run(sliced, tmp_path):
+    """A stored model whose bytes hold a pickle, or skops bytes that would build a type outside the
+    trusted list, is refused before anything in it runs."""
+    params, paths = sliced
+    marker = tmp_path / "marker"
+    _Exploit.marker = marker
+    exp = _experiment(params, paths, "LogReg")
+    unit = exp.plan.unit(0, 1)
+    state = exp.train_unit(unit)[0].state_dict()
+    store = CheckpointStore(tmp_path / "ckpt", "LogReg")
+    crafted = {"pickle": tabular.bytes_tensor(pickle.dumps(_Exploit())),
+               "skops": tabular.bytes_tensor(_skops_bytes_of_exploit())}
+    for name, blob in crafted.items():
+        for part in ("estimator.skops", "prep.transformer"):
+            bad = {**state, part: blob}
+            store.write(unit.key, bad, exp.description(), {"unit": {}})
+            with pytest.raises(Exception):
+                exp.load_unit(store, unit.key)
+            with pytest.raises(Exception):
+                load_model_folder(store.folder(unit.key))
+    assert not marker.exists()
+    with pytest.raises(tabular.UntrustedModel, match="_Exploit"):
+        tabular.load(crafted["skops"], tabular.TRUSTED)
+    assert not marker.exists()
+
+
+def _skops_bytes_of_exploit() -> bytes:
+    import skops.io as sio
+
+    obj = _Exploit.__new__(_Exploit)
+    obj.__dict__["payload"] = 1
+    return sio.dumps(obj)
+
+
+def test_loading_code_has_no_pickle_path():
+    for module in ("models/tabular.py", "checkpoints.py", "features/table.py"):
+        text = (Path(tabular.__file__).parents[1] / module).read_text()
+        for call in ("pickle.load", "joblib.load", "torch.load(", "cloudpickle", "sio.load(", "trusted=True"):
+            assert call not in text, f"{module} uses {call}"
+
+
+def test_an_estimator_named_by_import_path(tmp_path, table_params, monkeypatch):
+    from driftmatrix.pipeline import Paths, prepare
+
+    params = table_params(tmp_path, models=CUSTOM, train={"seeds": [3]})
+    paths = Paths(tmp_path / "out")
+    prepare(params, paths, generate=True)
+    exp = _experiment(params, paths, "MyGBT")
+    assert exp.spec.family == "Custom"
+    model = exp.train_unit(exp.plan.unit(3, 1))[0]
+    got = model.estimator.get_params()
+    assert (got["random_state"], got["max_depth"], got["n_estimators"]) == (3, 2, 15)  # the unit's seed
+    # its identity: import path, params and its library's version key every unit
+    keys = exp.plan.units[0].key
+    other = table_params(tmp_path, models={"MyGBT": {**CUSTOM["MyGBT"], "params": {"max_depth": 3}}},
+                         train={"seeds": [3]})
+    assert _experiment(other, paths, "MyGBT").plan.units[0].key != keys
+    from driftmatrix.models import custom
+
+    assert custom.library_versions("Custom", CUSTOM["MyGBT"])["scikit-learn"]
+    real = custom.library_versions
+    monkeypatch.setattr(custom, "library_versions", lambda kind, opts: {**real(kind, opts), "scikit-learn": "0.1"})
+    assert _experiment(params, paths, "MyGBT").plan.units[0].key != keys
+
+
+def test_an_estimator_trusts_only_what_params_yaml_lists(sliced, tmp_path, table_params):
+    params, paths = sliced
+    untrusting = table_params(tmp_path, models={"MyGBT": {k: v for k, v in CUSTOM["MyGBT"].items() if k != "trusted"}})
+    exp = _experiment(untrusting, paths, "MyGBT")
+    with pytest.raises(tabular.UntrustedModel, match="sklearn.tree._tree.Tree"):
+        exp.train_unit(exp.plan.unit(0, 1))  # checked when it is trained, not first when it is scored
+
+
+@pytest.mark.parametrize("entry, match", [
+    ({"estimator": "sklearn.ensemble.NoSuchThing"}, "cannot be imported"),
+    ({"estimator": "not a path"}, "import path"),
+    ({"estimator": "sklearn.ensemble.GradientBoostingClassifier", "params": [1]}, "mapping"),
+    ({"estimator": "sklearn.ensemble.GradientBoostingClassifier", "encoding": "hash"}, "onehot or native"),
+    ({"estimator": "json.JSONDecoder"}, "not a scikit-learn-compatible"),
+])
+def test_bad_estimator_entries_are_one_line_errors(tmp_path, entry, match):
+    from driftmatrix.training import effective_config
+
+    with pytest.raises(ConfigError, match=match):
+        effective_config(make_table_params(tmp_path, models={"Mine": entry}), "Mine")
+
+
+def test_estimator_options_on_catalog_and_torch_models_are_refused(tmp_path):
+    from driftmatrix.training import effective_config
+
+    with pytest.raises(ConfigError, match="catalog model"):
+        effective_config(make_table_params(tmp_path, models={"HistGBT": {"estimator": "sklearn.svm.SVC"}}), "HistGBT")
+    with pytest.raises(ConfigError, match="tabular models only"):
+        effective_config(make_table_params(tmp_path, models={"MLP-S": {"params": {"C": 1}}}), "MLP-S")
+
+
+def test_catalog_params_reach_the_estimator(sliced, tmp_path, table_params):
+    params, paths = sliced
+    tuned = table_params(tmp_path, models={"HistGBT": {"params": {"max_iter": 7}}})
+    exp = _experiment(tuned, paths, "HistGBT")
+    assert exp.train_unit(exp.plan.unit(0, 0))[0].estimator.get_params()["max_iter"] == 7
+    assert exp.plan.units[0].key != _experiment(params, paths, "HistGBT").plan.units[0].key
+
+
+def test_category_hashes_are_stable():
+    assert category_hash("paris") == category_hash("paris") != category_hash("rome")
+    inputs = TableInputs.from_frame(pd.DataFrame({"c": ["a", None, "", "a"]}), [], ["c"])
+    assert inputs.cat[:, 0].tolist() == [category_hash("a"), 0, 0, category_hash("a")]
