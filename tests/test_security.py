@@ -2,7 +2,10 @@
 
 - A crafted pickle in the artifact store or a checkpoint folder (in place of ``model.safetensors``,
   or beside it as ``model.pth`` / ``data/model.pth`` with an MLflow ``MLmodel``) is never executed by
-  ``tracking.load_registered``, ``checkpoints.load_model_folder`` or ``CheckpointStore.load_state``.
+  ``tracking.load_registered``, ``checkpoints.load_model_folder`` or ``CheckpointStore.load_state``;
+  a replaced ``MLmodel`` (another flavour, other code, a pickled Python model) is refused before
+  MLflow runs anything (``serving.verify``). No file of a registered version is a pickle, and
+  ``mlflow.pyfunc.load_model`` plus ``predict`` run with every pickle loader patched to raise.
 - Local encoder weight files of ``embed.sources`` (timm's architectures, EfficientNet-Lite0, a
   Hugging Face folder) are read without unpickling arbitrary objects.
 - Every load under ``src/`` is safe by construction (an AST audit: ``torch.load`` only with
@@ -25,7 +28,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from driftmatrix import checkpoints, tracking, training
+from driftmatrix import checkpoints, serving, tracking, training
 from driftmatrix.features import encoders
 from driftmatrix.pipeline import Paths, prepare, train_and_evaluate
 
@@ -81,12 +84,18 @@ def registered(tmp_path_factory, tiny_params):
             os.environ["MLFLOW_TRACKING_URI"] = saved
 
 
-def plant_beside(folder: Path, marker: Path) -> None:
-    """Pickles where MLflow's pytorch flavour would look: ``model.pth``, ``data/model.pth``, ``MLmodel``."""
+PYTORCH_MLMODEL = ("flavors:\n  pytorch:\n    model_data: data\n    pickle_module_name: pickle\n"
+                   "    serialization_format: pickle\n")
+
+
+def plant_beside(folder: Path, marker: Path, mlmodel: bool = True) -> None:
+    """Pickles where MLflow's flavours would look: ``model.pth``, ``data/model.pth``,
+    ``python_model.pkl`` and (``mlmodel``) an ``MLmodel`` naming the pytorch flavour."""
     crafted(folder / "model.pth", marker)
     crafted(folder / "data" / "model.pth", marker)
-    (folder / "MLmodel").write_text("flavors:\n  pytorch:\n    model_data: data\n    pickle_module_name: pickle\n"
-                                    "    serialization_format: pickle\n")
+    crafted(folder / "python_model.pkl", marker)
+    if mlmodel:
+        (folder / "MLmodel").write_text(PYTORCH_MLMODEL)
 
 
 def test_a_crafted_pickle_in_a_checkpoint_folder_is_never_executed(registered, tmp_path):
@@ -111,19 +120,116 @@ def test_a_crafted_pickle_in_a_checkpoint_folder_is_never_executed(registered, t
     assert not marker.exists()
 
 
+def _logged_models(tmp: Path) -> list[Path]:
+    """Every ``model`` folder in the artifact store (one per unit run)."""
+    return sorted({p.parent for p in (tmp / "mlruns").rglob("MLmodel")})
+
+
+def unpickles(data: bytes) -> bool:
+    """Whether ``data`` is a pickle (or a zip holding one, as ``torch.save`` writes): its bytes parse
+    as pickle opcodes up to STOP (``pickletools``; nothing is executed)."""
+    import io
+    import pickletools
+    import zipfile
+
+    if zipfile.is_zipfile(io.BytesIO(data)):
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            return any(unpickles(z.read(n)) for n in z.namelist())
+    try:
+        return any(op.name == "STOP" for op, _, _ in pickletools.genops(io.BytesIO(data)))
+    except Exception:  # noqa: BLE001 - not a pickle stream
+        return False
+
+
+def test_the_pickle_detector_detects_pickles(tmp_path):
+    assert unpickles(pickle.dumps({"a": [1, 2]})) and unpickles(pickle.dumps(Payload(tmp_path / "x")))
+    assert unpickles(crafted(tmp_path / "x.pth", tmp_path / "m").read_bytes())
+    assert not unpickles(b'{"format": "json"}') and not unpickles(b"flavors:\n  python_function: {}\n")
+    assert not unpickles(b"channels:\n- conda-forge\ndependencies:\n- python=3.11\n")  # 'c' is an opcode too
+
+
+def test_no_file_of_any_registered_version_unpickles(registered, tmp_path):
+    """Every file of every version's ``model`` (downloaded through the registry) is no pickle: the
+    weights are safetensors, everything else JSON, YAML or Python source."""
+    from mlflow.tracking import MlflowClient
+
+    tmp, params, _ = registered
+    tracking.configure(params.tracking)
+    client = MlflowClient()
+    versions = client.search_model_versions("name = 'tiny.MLP-S'")
+    assert len(versions) == 2
+    for v in versions:
+        folder = Path(mlflow_download(f"models:/tiny.MLP-S/{v.version}", tmp_path / str(v.version)))
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        names = {str(p.relative_to(folder)) for p in files}
+        assert {"MLmodel", "pyfunc_model.py", "artifacts/model.safetensors", "artifacts/model.json"} <= names
+        assert [str(p.relative_to(folder)) for p in files if unpickles(p.read_bytes())] == []
+        serving.verify(folder)
+
+
+def mlflow_download(uri: str, dst: Path) -> str:
+    import mlflow
+
+    dst.mkdir(parents=True)
+    return mlflow.artifacts.download_artifacts(uri, dst_path=str(dst))
+
+
+def test_loading_and_predicting_never_call_pickle(registered, monkeypatch):
+    """``mlflow.pyfunc.load_model`` by alias and ``predict``, with every pickle and cloudpickle
+    loader replaced by one that raises."""
+    import _pickle
+
+    import cloudpickle
+    import mlflow
+    import numpy as np
+
+    tmp, params, paths = registered
+    tracking.configure(params.tracking)
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(args[:1])
+        raise AssertionError("something unpickled while loading a registered model")
+
+    for module in (pickle, _pickle, cloudpickle):
+        for name in ("load", "loads", "Unpickler"):
+            if hasattr(module, name):
+                monkeypatch.setattr(module, name, refuse)
+    monkeypatch.setattr(torch, "load", refuse)
+    model = mlflow.pyfunc.load_model("models:/tiny.MLP-S@cutoff-1951")
+    images = np.load(paths.slices / "images.npy", allow_pickle=False)[:4]
+    assert model.predict(images).shape == (4, 2)
+    assert tracking.load_registered("tiny", "MLP-S", "1951") is not None
+    assert calls == []
+
+
+# Last of the registry tests: it tampers with the store the module's fixture made.
 def test_a_crafted_pickle_in_the_artifact_store_is_never_executed(registered):
     tmp, params, _ = registered
     tracking.configure(params.tracking)
     cutoff = "1950"
     assert tracking.load_registered("tiny", "MLP-S", cutoff) is not None  # intact: loads
-    logged = [p for p in (tmp / "mlruns").rglob("model.safetensors")]
-    assert logged, "no logged weights found in the artifact store"
+    logged = _logged_models(tmp)
+    assert logged, "no logged models found in the artifact store"
     marker = tmp / "pwned"
-    for weights in logged:  # everywhere the store holds a model: pickles beside it ...
-        plant_beside(weights.parent, marker)
+    originals = {m: (m / "MLmodel").read_text() for m in logged}
+    for model in logged:  # everywhere the store holds a model: pickles beside it ...
+        plant_beside(model, marker, mlmodel=False)
     assert tracking.load_registered("tiny", "MLP-S", cutoff) is not None  # ... are never read
-    for weights in logged:  # ... and in place of its weights
-        crafted(weights, marker)
+    for crafted_mlmodel in (PYTORCH_MLMODEL,  # ... nor when its MLmodel is replaced: another flavour,
+                            originals[logged[0]].replace("model_code_path: pyfunc_model.py",  # other code,
+                                                         "model_code_path: evil.py"),
+                            originals[logged[0]].replace("loader_module: mlflow.pyfunc.loaders.code_model",
+                                                         "loader_module: mlflow.pyfunc.model\n    python_model: "
+                                                         "python_model.pkl")):  # a pickled Python model
+        for model in logged:
+            (model / "MLmodel").write_text(crafted_mlmodel)
+            (model / "evil.py").write_text(f"open({str(marker)!r}, 'w')\n")
+        with pytest.raises(serving.NotAModel, match="refused before loading"):
+            tracking.load_registered("tiny", "MLP-S", cutoff)
+    for model in logged:
+        (model / "MLmodel").write_text(originals[model])
+        crafted(model / "artifacts" / "model.safetensors", marker)  # ... and in place of its weights
     with pytest.raises(Exception, match=r"(?i)header|safetensor|deserializ"):
         tracking.load_registered("tiny", "MLP-S", cutoff)
     assert not marker.exists()
@@ -211,8 +317,9 @@ def unsafe_loads(source: str, filename: str) -> list[str]:
             found.append(f"{where}: without weights_only=True")
         elif name in ("np.load", "numpy.load") and keyword(node, "allow_pickle") is not False:
             found.append(f"{where}: without allow_pickle=False")
-        elif parts[0] == "mlflow" and parts[-1] == "load_model":
-            found.append(f"{where}: MLflow flavour loaders unpickle")
+        elif parts[0] == "mlflow" and parts[-1] == "load_model" and not (
+                name == "mlflow.pyfunc.load_model" and filename == "driftmatrix/serving.py"):
+            found.append(f"{where}: MLflow flavour loaders unpickle (serving.load checks a folder first)")
         elif parts[-1] == "from_pretrained" and parts[0].endswith("Model") and keyword(node, "weights_only") is not True:
             found.append(f"{where}: Hugging Face model without weights_only=True")
     return found

@@ -437,7 +437,8 @@ def verify(folder: str | Path) -> dict[str, Any]:
         flavors = doc["flavors"]
         flavor = flavors["python_function"]
     except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
-        raise NotAModel(f"{folder}: no readable MLmodel with a python_function flavour ({exc})") from None
+        raise NotAModel(f"{folder}: no readable MLmodel with a python_function flavour ({exc!r}), refused before "
+                        f"loading") from None
     problems = []
     if set(flavors) != {"python_function"}:
         problems.append(f"flavours {sorted(flavors)}")
