@@ -65,11 +65,37 @@ def test_pure_label_shift_is_detected_and_bbse_follows_it():
     y_tgt = (rng.random(20_000) < 0.9).astype(int)  # class 1 (recall 0.7) now dominates
     source, target = stats(*class_conditional(rng, y_src)), stats(*class_conditional(rng, y_tgt))
     est = methods.bbse(source, target.unlabelled())
-    assert est.flags["label_shift_tv"] == pytest.approx(0.4, abs=0.02)
+    assert est.flags["label_shift_tv"] == pytest.approx(0.4, abs=0.02) and est.flags["label_shift"]
     assert est.value == pytest.approx(100 * target.accuracy, abs=1.0)
-    # and without a shift the estimate does not fire
+    # the confidence-based estimates miss it (the model is as confident as before on each class)
+    assert abs(methods.average_confidence(target.unlabelled()).value - 100 * target.accuracy) > 5
+    # and without a shift the flag does not fire
     same = stats(*class_conditional(rng, (rng.random(20_000) < 0.5).astype(int)))
     assert methods.bbse(source, same.unlabelled()).flags["label_shift_tv"] < 0.02
+    assert not methods.bbse(source, same.unlabelled()).flags["label_shift"]
+
+
+def test_a_small_sample_needs_a_significant_move_before_the_label_shift_flag_fires():
+    rng = np.random.default_rng(7)
+    source = stats(*class_conditional(rng, (rng.random(300) < 0.5).astype(int)))
+    fired = 0
+    for _ in range(100):  # 60 rows of the same distribution: TV often above 0.1 by chance, flag rarely
+        tgt = stats(*class_conditional(rng, (rng.random(60) < 0.5).astype(int)))
+        fired += methods.bbse(source, tgt.unlabelled()).flags["label_shift"]
+    assert fired <= 5
+    moved = stats(*class_conditional(rng, (rng.random(60) < 0.95).astype(int)))
+    assert methods.bbse(source, moved.unlabelled()).flags["label_shift"]
+
+
+def test_the_trusted_method_is_the_best_backtested_one_but_never_carry_forward():
+    from driftmatrix.estimate.newperiod import choose
+
+    summary = {"noise_floor": 2.0, "carry-forward": {"mae": 3.0}, "trend": {"mae": 4.0}, "AC": {"mae": 3.5},
+               "BBSE": {"mae": 5.0}}
+    assert choose(summary, shifted=False).method == "AC"
+    got = choose(summary, shifted=True)
+    assert got.method == "trend" and "label shift" in got.reason and "4.00" in got.reason
+    assert choose(None, shifted=False).method == "trend"
 
 
 def test_carry_forward_and_trend_on_a_known_linear_decay():
@@ -78,9 +104,9 @@ def test_carry_forward_and_trend_on_a_known_linear_decay():
     assert methods.carry_forward(90).value == 90
     # lag 2 seen in rows 0..3 of the known 4 x 4 block
     assert methods.trend(M[:, :4, :4], 90, 2).value == pytest.approx(86)
-    # lag 5 never seen: extrapolated on the line through the origin
+    # lag 5 never seen: the longest lag seen (3) carries over, flat
     est = methods.trend(M[:, :4, :4], 90, 5)
-    assert est.value == pytest.approx(80) and est.flags["extrapolated"]
+    assert est.value == pytest.approx(84) and est.flags["extrapolated_from_lag"] == 3
     # nothing seen at all: carry-forward
     assert methods.trend(M[:, :1, :1], 90, 3).value == 90
     # lower is better: decay is added

@@ -54,23 +54,25 @@ def held_out(known: ModelScores, s: int, i: int) -> CellStats | None:
 
 
 def estimate_from_history(known: ModelScores, s: int, i: int, lag: int, target: CellStats | None,
-                          min_ess: float = 30.0, methods=METHODS) -> dict[str, Estimate]:
+                          min_ess: float = 30.0, methods=METHODS, shift_threshold: float = 0.1) -> dict[str, Estimate]:
     """Every method's estimate for the seed-s model of cutoff i on a period ``lag`` periods after
     i, from ``known`` (cells known now) and the period's unlabelled statistics ``target``."""
     confidence = known.metric == "accuracy"
+    bounded = (0.0, 100.0) if known.metric in ("accuracy", "macro_auc") else None
     return estimate_all(float(known.values[s, i, i]), known.values, lag, held_out(known, s, i) if confidence else None,
-                        target if confidence else None, known.higher_is_better, min_ess, methods)
+                        target if confidence else None, known.higher_is_better, min_ess, methods, bounded,
+                        shift_threshold)
 
 
 def estimate_cell(ms: ModelScores, s: int, i: int, j: int, min_ess: float = 30.0,
-                  methods=METHODS) -> dict[str, Estimate]:
+                  methods=METHODS, shift_threshold: float = 0.1) -> dict[str, Estimate]:
     """Cell (i, j > i) of seed s estimated as at cutoff i: the history up to i, and period j's
     statistics with their labels removed."""
     if j <= i:
         raise ValueError(f"cell ({i}, {j}) is not in the future of cutoff {i}")
     target = ms.stats[s][i][j]
     return estimate_from_history(history(ms, i), s, i, j - i, None if target is None else target.unlabelled(),
-                                 min_ess, methods)
+                                 min_ess, methods, shift_threshold)
 
 
 def binomial_noise(p: float, n: int) -> float:
@@ -98,7 +100,7 @@ class Backtest:
     hi: dict[str, np.ndarray]
     noise: np.ndarray  # per-cell binomial noise (accuracy only; NaN otherwise)
     label_shift: np.ndarray  # measured TV between the cell's labels and the held-out labels
-    estimated_shift: np.ndarray  # BBSE's TV from predictions only
+    estimated_shift: np.ndarray  # BBSE's TV from predictions only where it is flagged (else 0)
     low_ess: np.ndarray  # IW's low-ESS flag per cell
     summary: dict[str, Any] = field(default_factory=dict)
 
@@ -119,12 +121,12 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
             for j in range(i + 1, K):
                 if not np.isfinite(ms.values[s, i, j]):
                     continue
-                for name, e in estimate_cell(ms, s, i, j, min_ess, methods).items():
+                for name, e in estimate_cell(ms, s, i, j, min_ess, methods, shift_threshold).items():
                     est[name][s, i, j] = e.value
                     if e.lo is not None:
                         lo[name][s, i, j], hi[name][s, i, j] = e.lo, e.hi
                     if name == "BBSE":
-                        est_shift[s, i, j] = e.flags["label_shift_tv"]
+                        est_shift[s, i, j] = e.flags["label_shift_tv"] if e.flags["label_shift"] else 0.0
                     if name == "IW":
                         low_ess[s, i, j] = float(e.flags["low_ess"])
                 if ms.metric == "accuracy":

@@ -73,21 +73,26 @@ def trend(known: np.ndarray, m_ii: float, lag: int, higher_is_better: bool = Tru
     """M[i, i] minus the mean decay at ``lag`` over the cells of ``known``: the (S, i+1, i+1)
     stack of the model's matrices up to cutoff i, every seed (all of it known at cutoff i).
 
-    A lag longer than any seen is extrapolated on a line through the origin fitted to the mean
-    decay of each lag seen; with no lag seen at all, the estimate is carry-forward's. The change
-    M[r, r] - M[r, r + lag] is used as it is, so the metric's direction (``higher_is_better``,
-    kept for the callers' symmetry) does not enter."""
+    A lag longer than any seen takes the decay of the longest lag seen (flat: a line through the
+    origin fitted to the early, fast-decaying rows overshot by tens of points on the default);
+    with no lag seen at all, the estimate is carry-forward's. The change M[r, r] - M[r, r + lag]
+    is used as it is, so the metric's direction (``higher_is_better``, kept for the callers'
+    symmetry) does not enter."""
     d = lag_decays(known, lag)
     if len(d):
         est = Estimate(float(m_ii - d.mean()))
         return est.interval(float(d.std(ddof=1))) if len(d) > 2 else est
-    lags = [(L, lag_decays(known, L)) for L in range(1, known.shape[-1])]
-    lags = [(L, x.mean(), len(x)) for L, x in lags if len(x)]
-    if not lags:
-        return Estimate(float(m_ii), flags={"extrapolated": True})
-    L, mean, n = (np.array(v, dtype=float) for v in zip(*lags))
-    slope = float((n * L * mean).sum() / (n * L * L).sum())
-    return Estimate(float(m_ii - slope * lag), flags={"extrapolated": True})
+    for longest in range(min(lag, known.shape[-1]) - 1, 0, -1):
+        d = lag_decays(known, longest)
+        if len(d):
+            return Estimate(float(m_ii - d.mean()), flags={"extrapolated_from_lag": longest})
+    return Estimate(float(m_ii), flags={"extrapolated_from_lag": 0})
+
+
+def clipped(est: Estimate, low: float, high: float) -> Estimate:
+    """An estimate (and its interval) moved into the metric's range."""
+    c = lambda v: None if v is None else float(min(max(v, low), high))  # noqa: E731
+    return Estimate(c(est.value), c(est.lo), c(est.hi), est.flags)
 
 
 def average_confidence(target: CellStats) -> Estimate:
@@ -200,22 +205,45 @@ def total_variation(p: np.ndarray, q: np.ndarray) -> float:
     return float(0.5 * np.abs(np.asarray(p) - np.asarray(q)).sum())
 
 
-def bbse(source: CellStats, target: CellStats) -> Estimate:
+#: Significance level of the test that the predicted-class distribution moved at all.
+SHIFT_ALPHA = 0.01
+
+
+def predictions_moved(source: CellStats, target: CellStats) -> float:
+    """p-value of a chi-square test that the period's predicted classes are distributed as the
+    held-out rows' (black-box shift detection): a small sample moves its label estimate by chance,
+    and only a move this test cannot explain by chance is called a label shift."""
+    from scipy.stats import chi2_contingency
+
+    table = np.vstack([source.pred, target.pred])
+    table = table[:, table.sum(axis=0) > 0]
+    if table.shape[1] < 2:
+        return 1.0
+    return float(chi2_contingency(table).pvalue)
+
+
+def bbse(source: CellStats, target: CellStats, threshold: float = 0.1) -> Estimate:
     """The accuracy the period has if only its labels moved: sum over classes of the estimated
     label share times the held-out recall of that class. ``flags``: the estimated label shift
-    (total variation distance from the held-out label distribution)."""
+    (``label_shift_tv``, total variation distance from the held-out label distribution), the
+    p-value of :func:`predictions_moved`, and ``label_shift`` when the shift is both larger than
+    ``threshold`` and significant at :data:`SHIFT_ALPHA`."""
     p, q = label_shift(source, target)
     rows = source.confusion.sum(axis=1)
     recall = np.where(rows > 0, np.diag(source.confusion) / np.maximum(rows, 1), source.accuracy)
-    return Estimate(_pct(float((q * recall).sum())), flags={"label_shift_tv": round(total_variation(p, q), 4),
-                                                            "label_dist": [round(float(v), 4) for v in q]})
+    tv, pval = total_variation(p, q), predictions_moved(source, target)
+    return Estimate(_pct(float((q * recall).sum())), flags={
+        "label_shift_tv": round(tv, 4), "label_shift_p": round(pval, 6),
+        "label_shift": bool(tv > threshold and pval < SHIFT_ALPHA), "label_dist": [round(float(v), 4) for v in q]})
 
 
 def estimate_all(m_ii: float, known: np.ndarray, lag: int, source: CellStats | None,
                  target: CellStats | None, higher_is_better: bool = True, min_ess: float = 30.0,
-                 methods=METHODS) -> dict[str, Estimate]:
+                 methods=METHODS, value_range: tuple[float, float] | None = None,
+                 shift_threshold: float = 0.1) -> dict[str, Estimate]:
     """Every method that applies: the matrix methods always, the confidence methods where the
-    held-out rows (labelled) and the period's rows (labels withheld) have statistics."""
+    held-out rows (labelled) and the period's rows (labels withheld) have statistics.
+    ``value_range``: the metric's range (accuracy: 0..100), where trend's estimate is clipped."""
     if target is not None and target.labelled:
         raise ValueError("the new period's statistics must come without labels (CellStats.unlabelled)")
     out = {}
@@ -223,11 +251,14 @@ def estimate_all(m_ii: float, known: np.ndarray, lag: int, source: CellStats | N
         out["carry-forward"] = carry_forward(m_ii)
     if "trend" in methods:
         out["trend"] = trend(known, m_ii, lag, higher_is_better)
+        if value_range is not None:
+            out["trend"] = clipped(out["trend"], *value_range)
     if source is None or target is None or source.n == 0 or target.n == 0:
         return out
     fns = {"AC": lambda: average_confidence(target), "DoC": lambda: difference_of_confidences(source, target),
            "ATC": lambda: average_thresholded_confidence(source, target),
-           "IW": lambda: importance_weighted(source, target, min_ess=min_ess), "BBSE": lambda: bbse(source, target)}
+           "IW": lambda: importance_weighted(source, target, min_ess=min_ess),
+           "BBSE": lambda: bbse(source, target, shift_threshold)}
     for name, fn in fns.items():
         if name in methods:
             out[name] = fn()

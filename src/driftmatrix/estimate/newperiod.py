@@ -25,7 +25,7 @@ import numpy as np
 from driftmatrix.config import Params, estimate_config
 from driftmatrix.data.table import DataError
 from driftmatrix.estimate.backtest import ModelScores, estimate_from_history
-from driftmatrix.estimate.methods import CONFIDENCE_METHODS, MATRIX_METHODS, METHODS
+from driftmatrix.estimate.methods import CONFIDENCE_METHODS, METHODS
 
 log = logging.getLogger(__name__)
 
@@ -57,10 +57,18 @@ class Choice:
     reason: str
 
 
+#: Methods that can be trusted for the retrain flag. Carry-forward predicts no drop by
+#: construction, so it could never raise the flag: it is the baseline, not a candidate.
+CANDIDATES = tuple(m for m in METHODS if m != "carry-forward")
+#: Under a detected label shift: the methods that do not read the model's confidences.
+SHIFT_CANDIDATES = ("trend", "BBSE")
+
+
 def choose(summary: Mapping[str, Any] | None, shifted: bool) -> Choice:
-    """The method a model's estimates are trusted from: the lowest backtest MAE, among the
-    matrix-only methods when the labels seem to have moved; trend without a backtest."""
-    pool = MATRIX_METHODS if shifted else METHODS
+    """The method a model's estimates are trusted from: the lowest backtest MAE among
+    :data:`CANDIDATES`, or among :data:`SHIFT_CANDIDATES` when the labels seem to have moved;
+    trend without a backtest."""
+    pool = SHIFT_CANDIDATES if shifted else CANDIDATES
     if not summary:
         return Choice("trend", "no backtest (run `driftmatrix backtest`): trend, the matrix's own decay")
     ranked = sorted((summary[m]["mae"], m) for m in pool if m in summary and summary[m].get("mae") is not None)
@@ -136,10 +144,10 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
             if (s, i) not in outputs or not np.isfinite(ms.values[s, i, i]):
                 continue
             target = from_doc(forward_stats(outputs[s, i], None, task))
-            est = estimate_from_history(ms, s, i, K - 1 - i + ahead, target, min_ess)
+            est = estimate_from_history(ms, s, i, K - 1 - i + ahead, target, min_ess, shift_threshold=shift_threshold)
             per_seed.append((ms.values[s, i, i], est))
             if "BBSE" in est:
-                shifts.append(est["BBSE"].flags["label_shift_tv"])
+                shifts.append((est["BBSE"].flags["label_shift_tv"], est["BBSE"].flags["label_shift"]))
             if "IW" in est:
                 ess.append(est["IW"].flags["ess"])
         if not per_seed:
@@ -147,8 +155,8 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
         id_score = float(np.mean([v for v, _ in per_seed]))
         methods = {m: round(float(np.mean([e[m].value for _, e in per_seed])), 3)
                    for m in METHODS if all(m in e for _, e in per_seed)}
-        shift = float(np.mean(shifts)) if shifts else None
-        shifted = shift is not None and shift > shift_threshold
+        shift = float(np.mean([tv for tv, _ in shifts])) if shifts else None
+        shifted = bool(shifts) and sum(flag for _, flag in shifts) * 2 > len(shifts)  # most seeds
         choice = choose(summary, shifted)
         trusted = choice.method if choice.method in methods else "trend"
         drop = round(id_score - methods[trusted] if ms.higher_is_better else methods[trusted] - id_score, 3)
@@ -160,7 +168,7 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
             "label_shift_tv": None if shift is None else round(shift, 4), "label_shift": shifted,
             "iw_ess": None if not ess else round(float(np.mean(ess)), 1),
             "warning": ("the labels of this period seem to have moved (estimated total variation "
-                        f"{shift:.2f} > {shift_threshold}): confidence-based estimates "
+                        f"{shift:.2f} > {shift_threshold}, predicted classes moved beyond chance): confidence-based estimates "
                         f"({', '.join(CONFIDENCE_METHODS)}) are not to be trusted") if shifted else None})
     return records
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -78,8 +79,9 @@ def model_doc(ms: ModelScores, bt: Backtest) -> dict[str, Any]:
         if not np.isfinite(est).any():
             continue
         err = bt.error(name)
-        with np.errstate(all="ignore"):
-            mean_err = np.nanmean(err, axis=0) if np.isfinite(err).any() else err[0]
+        with warnings.catch_warnings():  # cells with no estimate in any seed stay NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            mean_err = np.nanmean(err, axis=0)
         entry = {"estimate": _nested(est), "error": _nested(err), "mean_error": _nested(mean_err)}
         if np.isfinite(bt.lo[name]).any():
             entry["lo"], entry["hi"] = _nested(bt.lo[name]), _nested(bt.hi[name])
