@@ -75,7 +75,7 @@ def test_dvc_repro_is_idempotent_and_reruns_only_the_changed_model(tmp_path):
     params["slicing"]["min_samples"] = 10
     params["train"].update(seeds=[0], epochs=1)
     params["models"] = {"MLP-S": {}, "CNN-S": {}}
-    params["tracking"].update(log_models=False)
+    params["tracking"].update(log_models=False, register=False)
     params["audit"].update(permutations=20, mmd_samples=50)
     params["saliency"].update(pairs=[{"model": "CNN-S", "cutoff": 1950}], eval_years=[1952], n_images=20)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))

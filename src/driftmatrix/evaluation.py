@@ -207,7 +207,8 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
                                       recorded_environment, start_workers)
     from driftmatrix.units import slice_hashes
 
-    env = recorded_environment(params, model, checkpoints_dir)
+    # before any training: this machine's environment, so that the error below counts what is missing
+    env = recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True)
     # Scoring in CPU worker processes: this process never imports torch and sets MLflow up meanwhile.
     # GPU units are scored in this process (one CUDA context, not one per CPU).
     in_workers = env.device == "cpu" and start_workers(params, model, (*WORKER_MODULES, __name__))
