@@ -117,7 +117,8 @@ def _parse_options(items: list[str]) -> dict:
 @app.command("slice")
 def slice_cmd(params: Path = PARAMS_OPT, src: Path = typer.Option(Path("outputs/ingested")),
               out: Path = typer.Option(Path("outputs/slices"))) -> None:
-    """Cut the table into periods, drop small slices (reported), split each 70/30 stratified."""
+    """Cut the table into periods (slicing.period x width), drop slices under slicing.min_samples
+    (reported), split each into train and test (slicing.test_fraction, stratified)."""
     from driftmatrix import slicing
 
     manifest = slicing.run(_params(params), src, out)
@@ -127,7 +128,8 @@ def slice_cmd(params: Path = PARAMS_OPT, src: Path = typer.Option(Path("outputs/
 @app.command()
 def validate(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
              out: Path = typer.Option(Path("outputs/validation"))) -> None:
-    """Great Expectations gate on every slice; a failed critical check exits 1 (see docs/audit.md)."""
+    """Great Expectations gate on every slice. A failed critical check of the data exits 1 (a
+    mistake in params.yaml exits 2, as everywhere); see docs/audit.md."""
     from driftmatrix.audit import gate
 
     try:
@@ -169,7 +171,8 @@ def embed(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/s
 def train(model: str = typer.Option(..., "--model", "-m", help="Registry name, e.g. CNN-S."),
           params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
           out: Path = typer.Option(Path("outputs/checkpoints")), features: Path = FEATURES_OPT) -> None:
-    """Train a fresh model per (cutoff, seed) on the cumulative history; resumes finished work."""
+    """Train a fresh model per (cutoff, seed) on its training window (train.window: the cumulative
+    history by default); skips the units already trained under the same key."""
     from driftmatrix import training
 
     training.run(_params(params), model, slices, out, features_dir=features)
@@ -240,7 +243,7 @@ def estimate(data: Path = typer.Option(..., "--data", help="The new period: a fo
     typer.echo(f"\nretrain: {', '.join(flagged) if flagged else 'none'} -> {out}")
 
 
-@app.command("repair-lock")
+@app.command("repair-lock", hidden=True)
 def repair_lock(path: Path = typer.Argument(Path("dvc.lock"))) -> None:
     """Move a dvc.lock torn by a killed `dvc repro` aside (`make repro` does this first)."""
     from driftmatrix.pipeline import repair_dvc_lock
