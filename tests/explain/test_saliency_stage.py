@@ -139,3 +139,19 @@ def test_stage_runs_a_frozen_encoder_head_from_pixels(tmp_path):
     assert row["model"] == "EffNet-L0" and row["n_images"] == 6 and 0.05 <= row["top5_share"] <= 1
     with np.load(tmp_path / "sal" / "arrays" / "EffNet-L0" / f"cutoff{exp.labels[1]}_eval{exp.labels[2]}.npz") as z:
         assert z["maps"].shape == (1, 32, 32) and np.isfinite(z["maps"]).all() and z["maps"].max() > 0
+
+
+def test_pairs_that_cannot_apply_are_skipped_with_a_reason(trained, tmp_path):
+    """Saliency of a text model, of a model params.yaml does not run, or at an unknown cutoff is
+    skipped and explained instead of stopping `dvc repro`."""
+    labels = trained.labels
+    extra = {"saliency": {"pairs": [{"model": "FFN-S", "cutoff": labels[1]}, {"model": "ResNet-S", "cutoff": labels[1]},
+                                    {"model": "CNN-S", "cutoff": "1066"}], "eval_years": [labels[2]]}}
+    params = replace(trained.params, extra={**trained.params.extra, **extra})
+    kept, skipped = stage.applicable_pairs(stage.saliency_config(params), params, labels)
+    assert kept == [] and len(skipped) == 3
+    assert "not among params.yaml's models" in skipped[1] and "1066 is not a slice label" in skipped[2]
+    result = stage.run(params, trained.tmp / "slices", trained.tmp / "checkpoints", tmp_path / "out", log_mlflow=False)
+    assert result == {"cells": 0, "summary": []}
+    note = (tmp_path / "out" / "README.txt").read_text()
+    assert "nothing to compute" in note and "FFN-S" in note

@@ -70,6 +70,24 @@ def saliency_config(params: Params) -> SaliencyConfig:
     return cfg
 
 
+def applicable_pairs(cfg: SaliencyConfig, params: Params, labels: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
+    """The configured (model, cutoff) pairs that saliency can compute here, and why each other one
+    cannot: a model that is not configured or reads no images, a cutoff that is no slice label."""
+    from driftmatrix.models.registry import REGISTRY
+
+    kept, skipped = [], []
+    for model, cutoff in cfg.pairs:
+        if model not in params.models:
+            skipped.append(f"{model} at {cutoff}: {model} is not among params.yaml's models")
+        elif model not in REGISTRY or REGISTRY[model].modality != "image":
+            skipped.append(f"{model} at {cutoff}: saliency maps need an image model")
+        elif cutoff not in labels:
+            skipped.append(f"{model} at {cutoff}: {cutoff} is not a slice label")
+        else:
+            kept.append((model, cutoff))
+    return kept, skipped
+
+
 def slice_index(labels: list[str], label: str, what: str) -> int:
     try:
         return labels.index(label)
@@ -225,12 +243,26 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
 
     from driftmatrix.training import Experiment, recorded_environment
 
+    from dataclasses import replace
+
+    from driftmatrix.slicing import read_manifest
+
     cfg = saliency_config(params)
     out = Path(out_dir)
-    if not cfg.pairs:  # saliency off (e.g. text datasets): an empty, explained output for DVC
+    labels = [str(s["label"]) for s in read_manifest(slices_dir)["slices"]] if cfg.pairs else []
+    pairs, skipped = applicable_pairs(cfg, params, labels)
+    for reason in skipped:
+        log.info("saliency: skipped %s", reason)
+    years = tuple(y for y in cfg.eval_years if y in labels)
+    if not pairs or not years:  # saliency off or inapplicable (e.g. text models): an explained output for DVC
         out.mkdir(parents=True, exist_ok=True)
-        (out / "README.txt").write_text("saliency: no (model, cutoff) pairs configured in params.yaml\n")
+        why = skipped + [f"eval year {y} is not a slice label" for y in cfg.eval_years if y not in labels]
+        (out / "README.txt").write_text("saliency: nothing to compute: " +
+                                        ("; ".join(why) if why else "no (model, cutoff) pairs in params.yaml") + "\n")
+        if cfg.pairs:
+            log.info("saliency: nothing to compute for the configured models and slices (see %s)", out / "README.txt")
         return {"cells": 0, "summary": []}
+    cfg = replace(cfg, pairs=tuple(pairs), eval_years=years)
     models = list(dict.fromkeys(m for m, _ in cfg.pairs))
     cutoffs = list(dict.fromkeys(c for _, c in cfg.pairs))
     table: list[dict[str, Any]] = []
