@@ -24,8 +24,13 @@ $(STAMP): requirements.txt pyproject.toml tools/install_deps.py
 
 install: $(STAMP)  ## create .venv and install pinned requirements (skipped when up to date)
 
-params:  ## use a preset: `make repro PARAMS=presets/text-reviews.yaml` copies it over params.yaml
-	@if [ "$(PARAMS)" != "params.yaml" ]; then cp "$(PARAMS)" params.yaml && echo "params.yaml <- $(PARAMS)"; fi
+params:  ## use a preset: `make repro PARAMS=presets/x.yaml` copies it over params.yaml, never over unsaved edits
+	@if [ "$(PARAMS)" != "params.yaml" ]; then \
+	  if ! cmp -s "$(PARAMS)" params.yaml && git rev-parse --git-dir >/dev/null 2>&1 \
+	     && ! git diff --quiet HEAD -- params.yaml 2>/dev/null; then \
+	    echo "error: params.yaml has edits that are not committed; commit them first (git commit params.yaml)," \
+	         "or run the preset beside them as a DVC experiment: make exp PRESET=$(PARAMS)" >&2; exit 2; fi; \
+	  cp "$(PARAMS)" params.yaml && echo "params.yaml <- $(PARAMS) (the committed params.yaml is in git)"; fi
 
 data: install params  ## write the built-in dataset (if missing) and track data/ with DVC
 	driftmatrix data generate
