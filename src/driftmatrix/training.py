@@ -469,10 +469,18 @@ WORKER_MODULES = ("driftmatrix.training", "driftmatrix.slicing", "driftmatrix.fe
                   "driftmatrix.models.image", "driftmatrix.tasks", "driftmatrix.optim")
 
 
+#: What a tabular model's units import besides (the worker server preloads them for table models).
+TABULAR_MODULES = ("driftmatrix.models.tabular", "driftmatrix.features.table", "sklearn.compose", "sklearn.ensemble",
+                   "sklearn.linear_model", "skops.io", "lightgbm", "threadpoolctl")
+
+
 def start_workers(params: Params, model: str, preload: Sequence[str] = WORKER_MODULES) -> bool:
     """Start the local worker server before this stage's own imports (``executor.start_worker_server``)."""
     from driftmatrix.executor import runtime_config, start_worker_server
+    from driftmatrix.models.registry import get
 
+    if get(model).inputs == "table":  # scikit-learn and friends load once, in the server workers fork from
+        preload = (*preload, *TABULAR_MODULES)
     return start_worker_server(runtime_config(params), model, preload)
 
 
