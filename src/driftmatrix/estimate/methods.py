@@ -118,17 +118,18 @@ def _above(counts: np.ndarray, t: float) -> float:
 
 def atc_threshold(source: CellStats) -> float:
     """Confidence-bin position t where the share of held-out rows at or above t equals the
-    held-out accuracy (bisection on a monotone function)."""
+    held-out accuracy (rows spread evenly inside each bin, so t is exact, not searched). Where a
+    range of t fits (every held-out row right: any t below the lowest confidence seen), the lowest."""
     counts = source.counts.sum(axis=0)
     want = source.accuracy * counts.sum()
-    lo, hi = 0.0, float(len(counts))
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        if _above(counts, mid) > want:
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
+    tail = np.r_[np.cumsum(counts[::-1])[::-1], 0.0]  # tail[k] = rows in bins k.. (tail[B] = 0)
+    if want <= 0:
+        return float(len(counts))
+    k = int(np.flatnonzero(tail[:-1] >= want)[-1])
+    if want >= tail[k] - 1e-9:  # t = k fits, and so does everything down to the next rows below
+        below = np.flatnonzero(counts[:k])
+        return float(below[-1] + 1) if len(below) else 0.0
+    return k + 1.0 - (want - tail[k + 1]) / counts[k]
 
 
 def average_thresholded_confidence(source: CellStats, target: CellStats) -> Estimate:
@@ -213,13 +214,15 @@ def predictions_moved(source: CellStats, target: CellStats) -> float:
     """p-value of a chi-square test that the period's predicted classes are distributed as the
     held-out rows' (black-box shift detection): a small sample moves its label estimate by chance,
     and only a move this test cannot explain by chance is called a label shift."""
-    from scipy.stats import chi2_contingency
+    from scipy.special import chdtrc
 
-    table = np.vstack([source.pred, target.pred])
+    table = np.vstack([source.pred, target.pred]).astype(float)
     table = table[:, table.sum(axis=0) > 0]
-    if table.shape[1] < 2:
+    if table.shape[1] < 2 or (table.sum(axis=1) == 0).any():
         return 1.0
-    return float(chi2_contingency(table).pvalue)
+    expected = np.outer(table.sum(axis=1), table.sum(axis=0)) / table.sum()
+    stat = float(((table - expected) ** 2 / expected).sum())
+    return float(chdtrc(table.shape[1] - 1, stat))
 
 
 def bbse(source: CellStats, target: CellStats, threshold: float = 0.1) -> Estimate:

@@ -180,8 +180,7 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
     """Estimate every configured model's cutoff units (or only the latest cutoff) on the new
     period at ``data``, ``ahead`` periods after the last slice; writes ``out`` (JSON and CSV)."""
     from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.estimate.stage import load_model
-    from driftmatrix.slicing import read_manifest
+    from driftmatrix.estimate.stage import load_model, read_manifest
 
     cfg = estimate_config(params)
     manifest = read_manifest(slices_dir)

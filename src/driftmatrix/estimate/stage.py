@@ -64,6 +64,16 @@ def load_model(params: Params, model: str, manifest: Mapping[str, Any], scores_d
                        metric.key, plan.units[0].family)
 
 
+def read_manifest(slices_dir: str | Path) -> dict[str, Any]:
+    """The slices' ``manifest.json`` (``slicing.read_manifest`` without importing pandas)."""
+    from driftmatrix.data.table import DataError
+
+    path = Path(slices_dir) / "manifest.json"
+    if not path.exists():
+        raise DataError(f"{slices_dir}: no manifest.json (run `driftmatrix slice` first)")
+    return json.loads(path.read_text())
+
+
 def _nested(a: np.ndarray):
     if a.ndim == 0:
         v = float(a)
@@ -148,7 +158,6 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
     """The whole stage; returns backtest.json's content."""
     from driftmatrix.data.table import DataError
     from driftmatrix.estimate import backtest
-    from driftmatrix.slicing import read_manifest
 
     cfg = estimate_config(params)
     manifest = read_manifest(slices_dir)
