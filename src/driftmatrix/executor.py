@@ -434,10 +434,42 @@ def start_ray(cfg: RuntimeConfig, *, num_cpus: int | None = None, num_gpus: int 
         kwargs.update(address="local", num_cpus=num_cpus, num_gpus=num_gpus, _node_ip_address=LOOPBACK)
     else:
         kwargs.update(address=cfg.address)
+        if joins_loopback(cfg.address):
+            # a cluster on this machine's loopback (driftmatrix.cluster, tests): the driver keeps to
+            # 127.0.0.1 too, or Ray would announce it at the interface address the nodes never use
+            from ray._private import ray_constants
+
+            os.environ[LOCAL_ONLY_ENV] = "0"
+            ray_constants.ENABLE_RAY_CLUSTER = False
+            kwargs.update(_node_ip_address=LOOPBACK)
     started = time.perf_counter()
     ray.init(**kwargs)
     log.info("ray: %s in %.1f s, resources %s", "started" if cfg.address is None else f"joined {cfg.address}",
              time.perf_counter() - started, _brief(ray.cluster_resources()))
+
+
+def joins_loopback(address: str | None) -> bool:
+    """Whether ``address`` (``auto``: ``RAY_ADDRESS``) names a Ray on 127.0.0.1 / localhost."""
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS") or ""
+    if not address or address.startswith("ray://"):
+        return False
+    host = address.rpartition(":")[0].strip("[]") if ":" in address else address
+    return host in ("127.0.0.1", "localhost", "::1")
+
+
+def where() -> dict[str, str]:
+    """Where this process computes: ``host`` (its hostname) and, inside a Ray worker or driver,
+    ``ray_node`` (the Ray node id). Recorded with each unit: which node of a cluster trained it."""
+    import socket
+
+    out = {"host": socket.gethostname()}
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        with contextlib.suppress(Exception):
+            if ray.is_initialized():
+                out["ray_node"] = ray.get_runtime_context().get_node_id()
+    return out
 
 
 def _brief(resources: Mapping[str, float]) -> dict[str, float]:

@@ -390,7 +390,8 @@ def check_key(exp: Experiment, unit: Unit) -> None:
 
 def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
     """Worker side of one unit: check its key, train it and return its weights and numbers (writes
-    nothing), with the hardware that computed it."""
+    nothing), with the hardware that computed it and where (host, Ray node)."""
+    from driftmatrix.executor import where
     from driftmatrix.provenance import hardware
 
     check_key(exp, unit)
@@ -399,7 +400,7 @@ def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
     ended = time.time()
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     return {"state": state, "losses": losses, "train_rows": n_rows, "started": started, "ended": ended,
-            "seconds": round(ended - started, 3), "hardware": hardware(exp.device)}
+            "seconds": round(ended - started, 3), "hardware": hardware(exp.device), "node": where()}
 
 
 def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Mapping[str, Any],
@@ -415,9 +416,15 @@ def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Ma
     params.pop("seeds")
     return {"unit": as_dict(unit), "window": exp.plan.window.name, "params": params, "data": dict(data),
             "losses": result["losses"], "train_rows": result["train_rows"], "started": result["started"],
-            "ended": result["ended"], "seconds": result["seconds"], "tags": dict(tags),
+            "ended": result["ended"], "seconds": result["seconds"], "node": dict(result.get("node") or {}),
+            "tags": {**dict(tags), **node_tags(result.get("node"))},
             "environment": {**exp.env.to_dict(), "hardware": result.get("hardware", exp.env.hardware)},
             "code_digest": exp.plan.code}
+
+
+def node_tags(node: Mapping[str, str] | None) -> dict[str, str]:
+    """Run tags of where a unit was trained: ``host`` and, on Ray, ``ray_node`` (the node id)."""
+    return {k: str(v) for k, v in (node or {}).items() if k in ("host", "ray_node") and v}
 
 
 def training_data(exp: Experiment, unit: Unit, dvc_hash: str) -> dict[str, Any]:
