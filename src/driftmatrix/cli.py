@@ -208,15 +208,22 @@ def backtest(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
              slices: Path = typer.Option(Path("outputs/slices")),
              out: Path = typer.Option(Path("outputs/estimates")),
              metrics: Path = typer.Option(None, help="DVC metrics file [default: metrics/estimates.json]."),
-             track: bool = typer.Option(False, "--track", help="Log one MLflow run (the estimates stage does).")) -> None:
+             track: bool = typer.Option(False, "--track", help="Log one MLflow run (the estimates stage does)."),
+             matrices: Optional[Path] = typer.Option(None, "--matrices", help="Backtest the matrix methods only "
+                                                     "(carry-forward, trend) on this folder of drift matrices, e.g. "
+                                                     "published ones (no scores needed).")) -> None:
     """Backtest every label-free estimator on the drift matrices: each future cell estimated from
     what was known at its cutoff, against its true value (docs/estimates.md)."""
     from driftmatrix.estimate import stage
 
-    result = stage.run(_params(params), slices, scores, out, metrics or stage.DVC_METRICS, track=track)
+    if matrices is not None:
+        result = stage.run_matrices(matrices, out)
+    else:
+        result = stage.run(_params(params), slices, scores, out, metrics or stage.DVC_METRICS, track=track)
     for model, s in result.items():
         typer.echo(f"{model}: noise floor {s['noise_floor']}, best {s.get('best_method')} "
-                   f"(MAE {s[s['best_method']]['mae'] if 'best_method' in s else 'n/a'})")
+                   f"(MAE {s[s['best_method']]['mae'] if 'best_method' in s else 'n/a'}; carry-forward "
+                   f"{(s.get('carry-forward') or {}).get('mae')})")
 
 
 @app.command()

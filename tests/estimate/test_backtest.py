@@ -97,3 +97,25 @@ def test_backtest_summary_on_a_calibrated_model():
     assert 0.7 <= s["AC"]["coverage"] <= 1.0
     assert s["noise_floor"] == pytest.approx(np.nanmean(bt.noise[np.isfinite(bt.noise)]), abs=1e-4)
     assert np.isnan(bt.estimates["AC"][0, 3, 3]) and np.isnan(bt.estimates["AC"][0, 4, 2])  # future cells only
+
+
+def test_published_matrices_backtest_the_matrix_methods_only(tmp_path):
+    """A folder of published-format matrices (no scores, no n_eval): carry-forward and trend,
+    no noise floor, one file per model."""
+    import json
+
+    from driftmatrix.estimate import stage
+
+    K = 8
+    decay = np.array([[90.0 - 3 * max(j - i, 0) for j in range(K)] for i in range(K)])
+    for name, M in (("A", decay), ("B", decay - 5)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(
+            {"dataset": "x", "title": name, "metric": "Accuracy", "unit": "%", "higherIsBetter": True,
+             "slices": [str(1900 + k) for k in range(K)], "values": M.tolist()}))
+    out = stage.run_matrices(tmp_path, tmp_path / "bt")
+    assert set(out) == {"A", "B"} and json.loads((tmp_path / "bt" / "backtest.json").read_text()) == out
+    for s in out.values():
+        assert s["noise_floor"] is None and {"carry-forward", "trend"} <= set(s) and "AC" not in s
+        assert s["best_method"] == "trend" and s["trend"]["mae"] < s["carry-forward"]["mae"]
+        # a constant decay per lag: trend is exact wherever the lag was seen before
+        assert s["carry-forward"]["bias"] > 0 and abs(s["trend"]["bias"]) < s["carry-forward"]["bias"]

@@ -78,7 +78,7 @@ def estimate_cell(ms: ModelScores, s: int, i: int, j: int, min_ess: float = 30.0
 def binomial_noise(p: float, n: int) -> float:
     """E|X/n - p| for X ~ Binomial(n, p): what a perfect estimator of p still misses a cell
     scored on n rows by (exact up to 20,000 rows, the normal limit beyond)."""
-    if n <= 0 or not 0 <= p <= 1:
+    if not (n > 0 and 0 <= p <= 1):  # NaN n or p: unknown
         return float("nan")
     if n > 20_000:
         return math.sqrt(2 * p * (1 - p) / (math.pi * n))
@@ -133,7 +133,8 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
                     if name == "IW":
                         low_ess[s, i, j] = float(e.flags["low_ess"])
                 if ms.metric == "accuracy":
-                    noise[s, i, j] = 100 * binomial_noise(ms.values[s, i, j] / 100, int(ms.n_eval[s, i, j]))
+                    n = ms.n_eval[s, i, j]
+                    noise[s, i, j] = 100 * binomial_noise(ms.values[s, i, j] / 100, int(n)) if n > 0 else np.nan
                 source, target = held_out(ms, s, i), ms.stats[s][i][j]
                 if source is not None and target is not None and source.labelled and target.labelled:
                     p = source.label_counts / max(source.n, 1)
