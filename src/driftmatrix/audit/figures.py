@@ -59,3 +59,24 @@ def scatter(x: Sequence[float], y: Sequence[float], xlabel: str, ylabel: str, ti
     ax.set_title(title)
     fig.tight_layout()
     return base.png_bytes(fig, dpi=110)
+
+
+def feature_grid(values: np.ndarray, features: Sequence[str], labels: Sequence[str], title: str, colorbar: str,
+                 xlabel: str = "slice", cmap: str = "magma_r") -> bytes:
+    """Features (rows) x periods (columns) heatmap, e.g. each feature's drift against the first
+    slice or its permutation importance per cutoff."""
+    plt = _pyplot()
+    values = np.asarray(values, dtype=float)
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(labels) + 2.5), max(2.5, 0.3 * len(features) + 1.2)))
+    finite = values[np.isfinite(values)]
+    vmax = float(finite.max()) if finite.size else 1.0
+    im = ax.imshow(np.ma.masked_invalid(values), aspect="auto", cmap=cmap, vmin=min(0.0, float(finite.min()) if finite.size else 0.0),
+                   vmax=max(vmax, 1e-12), interpolation="nearest")
+    ax.set_yticks(range(len(features)), list(features), fontsize=8)
+    ticks = base.tick_positions(len(labels))
+    ax.set_xticks(ticks, [labels[t] for t in ticks], rotation=90, fontsize=8)
+    ax.set_xlabel(xlabel)
+    ax.set_title(title, fontsize=10)
+    fig.colorbar(im, ax=ax, label=colorbar)
+    fig.tight_layout()
+    return base.png_bytes(fig, dpi=110)

@@ -35,6 +35,8 @@ class AuditConfig:
     image_size: int = 8
     seed: int = 0
     features: tuple[str, ...] = ()
+    feature_samples: int = 5000  # per slice, for the numeric features' KS statistics
+    top_features: int = 3  # features named per pair of periods
 
     @classmethod
     def from_params(cls, raw: Mapping[str, Any] | None) -> "AuditConfig":
@@ -125,6 +127,7 @@ class Audit:
     counts: np.ndarray
     n: np.ndarray
     measures: list[Measure]
+    features: dict[str, Any] = field(default_factory=dict)  # feature tables: per-feature drift (feature_drift)
 
     @property
     def prevalence(self) -> np.ndarray:
@@ -136,7 +139,8 @@ class Audit:
                 "measures": {ms.name: {"title": ms.title, "unit": ms.unit, "values": _json_matrix(ms.values),
                                        "pvalues": _json_matrix(ms.pvalues),
                                        "higher_is_more_drift": ms.higher_is_more_drift,
-                                       "mean_future": _mean_future(ms.values), **ms.info} for ms in self.measures}}
+                                       "mean_future": _mean_future(ms.values), **ms.info} for ms in self.measures},
+                **({"features": self.features} if self.features else {})}
 
 
 def compute(slices: Slices, cfg: AuditConfig) -> Audit:
@@ -144,7 +148,45 @@ def compute(slices: Slices, cfg: AuditConfig) -> Audit:
     levels = label_levels(meta, slices.rows)
     counts, n = counts_by_slice(slices.rows, meta, levels, k)
     measures = label_measures(counts, cfg) + covariate_measures(slices, cfg)
-    return Audit(meta.name, meta.task, slices.labels, axis_names(meta, levels), counts, n, measures)
+    per_feature: dict[str, Any] = {}
+    if meta.features:
+        per_feature, feature_measures = feature_drift(slices, cfg)
+        measures += feature_measures
+    return Audit(meta.name, meta.task, slices.labels, axis_names(meta, levels), counts, n, measures, per_feature)
+
+
+def feature_drift(slices: Slices, cfg: AuditConfig) -> tuple[dict[str, Any], list[Measure]]:
+    """Per-feature K x K drift (KS for numbers, JS distance for categories), the features drifting
+    most per pair of periods, their ranking, and the unseen-category shares (``audit.features``)."""
+    from driftmatrix.audit import features as fd
+    from driftmatrix.data.table import feature_column
+
+    meta, rows, k = slices.meta, slices.rows, len(slices.specs)
+    ids = rows["slice"].to_numpy()
+    matrices, kinds = {}, {}
+    for f in meta.numeric:
+        matrices[f] = fd.numeric_matrix(rows[feature_column(f)].to_numpy(dtype=float), ids, k, cfg.feature_samples,
+                                        cfg.seed)
+        kinds[f] = "numeric (KS)"
+    for f in meta.categorical:
+        matrices[f] = fd.categorical_matrix(rows[feature_column(f)].to_numpy(dtype=object), ids, k)
+        kinds[f] = "categorical (JS distance)"
+    frame = rows[[feature_column(f) for f in meta.categorical]]
+    frame.columns = list(meta.categorical)
+    unseen = fd.unseen_matrix(frame, meta.categorical, ids, rows["split"].to_numpy() == "train", k)
+    missing = {f: [float(rows.loc[ids == i, feature_column(f)].isna().mean()) if (ids == i).any() else None
+                   for i in range(k)] for f in meta.features}
+    top = fd.top_features(matrices, cfg.top_features)
+    stack = np.stack(list(matrices.values()))
+    out = {"kinds": kinds, "matrices": {f: _json_matrix(m) for f, m in matrices.items()},
+           "ranking": [[f, v] for f, v in fd.ranking(matrices)],
+           "top": [[[[f, round(v, 4)] for f, v in cell] for cell in row] for row in top],
+           "missing_share": missing, "unseen_categories": _json_matrix(unseen)}
+    measures = [Measure("feature_drift_max", "Feature drift: largest per-feature drift (KS / JS distance)", "0-1",
+                        np.nanmax(stack, axis=0), info={"features": list(matrices)}),
+                Measure("unseen_categories", "Rows of period j with a category unseen by the training window "
+                                             "of cutoff i", "share", unseen)]
+    return out, measures
 
 
 def write_tables(audit: Audit, out: Path) -> None:
@@ -176,6 +218,11 @@ def draw_figures(audit: Audit) -> dict[str, bytes]:
     ylabel = {"multilabel": "positive rate per category", "regression": "share per rating level"}.get(
         audit.task, "share per class")
     pngs["prevalence"] = figures.prevalence_lines(audit.prevalence, labels, audit.axis, ylabel)
+    if audit.features:
+        ranked = [f for f, _ in audit.features["ranking"]]
+        vs_first = np.array([[np.nan if v is None else v for v in audit.features["matrices"][f][0]] for f in ranked])
+        pngs["feature_drift_vs_first"] = figures.feature_grid(vs_first, ranked, labels,
+                                                              f"Feature drift against {labels[0]}", "KS / JS distance")
     return pngs
 
 
@@ -212,9 +259,29 @@ def build_report(audit: Audit, pngs: Mapping[str, bytes], validation_dir: Path) 
         ("Drift matrices", "<p class='note'>Rows = slice i, columns = slice j, time increases up and to the "
                            "right (origin lower-left), as in the model drift matrices.</p>" + drift_imgs + pvalue_imgs),
         ("Label prevalence over time", report.img(pngs["prevalence"], "prevalence")),
+        *([("Feature drift", feature_section(audit, pngs))] if audit.features else []),
         ("Data drift vs model accuracy drop", report.decay_pointer()),
     ]
     return report.render(f"Data audit: {audit.dataset}", sections)
+
+
+def feature_section(audit: Audit, pngs: Mapping[str, bytes]) -> str:
+    """Features ranked by mean future drift, the features drifting most between consecutive
+    periods and against the first, and each feature's drift against the first slice."""
+    feats, labels = audit.features, audit.labels
+    ranked = report.table(["feature", "kind", "mean drift over future pairs", f"{labels[0]} -> {labels[-1]}"],
+                          [[f, feats["kinds"][f], round(v, 4), round(feats["matrices"][f][0][-1] or 0.0, 4)]
+                           for f, v in feats["ranking"]])
+    def names(cell):
+        return ", ".join(f"{f} ({v:.2f})" for f, v in cell) or "-"
+
+    pairs = report.table(["period", f"most drifting vs {labels[0]}", "most drifting vs the period before"],
+                         [[labels[j], names(feats["top"][0][j]), names(feats["top"][j - 1][j])]
+                          for j in range(1, len(labels))])
+    return ("<p class='note'>Numeric features: Kolmogorov-Smirnov statistic; categorical: Jensen-Shannon "
+            "distance (missing is a category). Both in [0, 1]. Per-feature K x K matrices are in drift.json "
+            "(<code>features.matrices</code>).</p>" + ranked + pairs
+            + report.img(pngs["feature_drift_vs_first"], "feature drift against the first slice"))
 
 
 def log_to_mlflow(params: Any, cfg: AuditConfig, audit: Audit, out: Path) -> str:

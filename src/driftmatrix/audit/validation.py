@@ -32,7 +32,7 @@ from driftmatrix.config import ConfigError
 
 CHECKS = ("columns", "types", "not_null", "label_set", "split_set", "min_rows", "timestamp_in_period",
           "unique_id", "id_in_one_slice", "classes_present", "class_share", "share_vs_history",
-          "split_stratification")
+          "split_stratification", "missing_share", "unseen_share")
 DEFAULT_CRITICAL = ("columns", "types", "not_null", "label_set", "split_set", "min_rows",
                     "timestamp_in_period", "unique_id", "id_in_one_slice", "classes_present", "split_stratification")
 ELSEWHERE = "_id_in_other_slice"  # derived column: the row's id also occurs in another slice
@@ -52,12 +52,15 @@ class ValidationConfig:
     override: tuple[str, ...] = ()
     label_values: tuple[Any, ...] | None = None
     max_examples: int = 5
+    max_missing: float = 0.5  # feature tables: share of a feature's values missing in a slice
+    max_unseen: float = 0.1  # feature tables: share of a slice's categories absent from the first slice
 
     @classmethod
     def from_params(cls, raw: Mapping[str, Any] | None) -> "ValidationConfig":
         raw = dict(raw or {})
         where = "params.yaml: validation"
-        known = {"min_rows", "class_share", "relative", "split_tolerance", "critical", "override", "label_values"}
+        known = {"min_rows", "class_share", "relative", "split_tolerance", "critical", "override", "label_values",
+                 "features"}
         unknown = sorted(set(raw) - known)
         if unknown:
             raise ConfigError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
@@ -74,7 +77,12 @@ class ValidationConfig:
         if not isinstance(override, (list, tuple)) or not all(isinstance(o, str) and ":" in o for o in override):
             raise ConfigError(f"{where}.override: expected false or a list of \"<slice>:<check>\" strings")
         values = raw.get("label_values")
-        return cls(min_rows=int(raw.get("min_rows", cls.min_rows)),
+        feats = dict(raw.get("features") or {})
+        bad = sorted(set(feats) - {"max_missing", "max_unseen"})
+        if bad:
+            raise ConfigError(f"{where}.features: unknown key(s) {bad}; expected some of ['max_missing', 'max_unseen']")
+        return cls(max_missing=float(feats.get("max_missing", cls.max_missing)),
+                   max_unseen=float(feats.get("max_unseen", cls.max_unseen)),min_rows=int(raw.get("min_rows", cls.min_rows)),
                    share_min=float(share.get("min", cls.share_min)), share_max=float(share.get("max", cls.share_max)),
                    max_change=None if relative.get("max_change", cls.max_change) is None else float(relative.get("max_change", cls.max_change)),
                    split_tolerance=float(raw.get("split_tolerance", cls.split_tolerance)),
@@ -112,7 +120,45 @@ def expected_kinds(slices: Slices) -> dict[str, str]:
     kinds.update({c: label_kind for c in meta.label_columns})
     if meta.input_kind == "text":
         kinds["text"] = "string"
+    kinds.update(feature_kinds(meta))
     return kinds
+
+
+def feature_kinds(meta) -> dict[str, str]:
+    """Accepted dtype kind of each feature column (numbers: float, categories: text)."""
+    from driftmatrix.data.table import feature_column
+
+    return {**{feature_column(f): KINDS["numeric"] for f in meta.numeric},
+            **{feature_column(f): "string" for f in meta.categorical}}
+
+
+def feature_frame(slices: Slices, index: int, first: Mapping[str, set]) -> pd.DataFrame:
+    """Per feature of slice ``index``: its missing share and (categories) the share of its values
+    present that the first slice never had."""
+    from driftmatrix.data.table import feature_column
+
+    frame, meta = slices.frame(index), slices.meta
+    out = []
+    for f in meta.features:
+        col = frame[feature_column(f)]
+        present = col.dropna()
+        unseen = float((~present.astype(str).isin(first[f])).mean()) if f in first and len(present) else 0.0
+        out.append({"feature": f, "kind": "categorical" if f in first else "numeric",
+                    "missing_share": float(col.isna().mean()) if len(col) else 0.0, "unseen_share": unseen})
+    return pd.DataFrame(out)
+
+
+def feature_expectations(gx: Any, feats: pd.DataFrame, index: int, cfg: ValidationConfig, first_label: str) -> list:
+    out = [_expect(gx, "ExpectColumnValuesToBeBetween", "missing_share", f"missing share <= {cfg.max_missing}",
+                   observed=_rounded(dict(zip(feats["feature"], feats["missing_share"]))), column="missing_share",
+                   max_value=cfg.max_missing)]
+    cats = feats[feats["kind"] == "categorical"]
+    if index > 0 and len(cats):
+        out.append(_expect(gx, "ExpectColumnValuesToBeBetween", "unseen_share",
+                           f"share of categories unseen in {first_label} <= {cfg.max_unseen}",
+                           observed=_rounded(dict(zip(cats["feature"], cats["unseen_share"]))), column="unseen_share",
+                           max_value=cfg.max_unseen))
+    return out
 
 
 def ids_in_several_slices(rows: pd.DataFrame) -> set:
@@ -164,7 +210,7 @@ def _rounded(values: Mapping[str, float]) -> dict[str, float | None]:
 class GXRunner:
     """One ephemeral GX context with a whole-dataframe batch definition per frame kind."""
 
-    FRAMES = ("rows", "schema", "classes")
+    FRAMES = ("rows", "schema", "classes", "features")
 
     def __init__(self) -> None:
         os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
@@ -216,8 +262,10 @@ def rows_expectations(gx: Any, slices: Slices, spec: Mapping[str, Any], cfg: Val
                    column="timestamp", min_value=start, max_value=end, strict_max=True),
            _expect(gx, "ExpectColumnValuesToBeInSet", "split_set", "in ['test', 'train']", column="split",
                    value_set=["train", "test"])]
+    optional = feature_kinds(meta)  # features keep their missing values (checked by missing_share)
     for col in kinds:
-        out.append(_expect(gx, "ExpectColumnValuesToNotBeNull", f"not_null:{col}", "no nulls", column=col))
+        if col not in optional:
+            out.append(_expect(gx, "ExpectColumnValuesToNotBeNull", f"not_null:{col}", "no nulls", column=col))
     value_set = [_plain(v) for v in allowed_values(meta, levels)]
     for col in meta.label_columns:
         out.append(_expect(gx, "ExpectColumnValuesToBeInSet", f"label_set:{col}", f"in {value_set}",
@@ -281,6 +329,16 @@ def record(res: Any, cfg: ValidationConfig) -> dict[str, Any]:
             "critical": cfg.is_critical(key), "examples": _jsonable(list(examples)[: cfg.max_examples])}
 
 
+def first_categories(slices: Slices) -> dict[str, set]:
+    """The categories of each categorical feature in the first slice (unseen shares compare to it)."""
+    from driftmatrix.data.table import feature_column
+
+    if not slices.meta.categorical or not slices.specs:
+        return {}
+    frame = slices.frame(int(slices.specs[0]["index"]))
+    return {f: set(frame[feature_column(f)].dropna().astype(str)) for f in slices.meta.categorical}
+
+
 def validate_slices(slices: Slices, cfg: ValidationConfig, runner: GXRunner | None = None) -> list[dict[str, Any]]:
     """Validate every slice; returns ``[{"index", "label", "n", "expectations": [record, ...]}]``."""
     runner = runner or GXRunner()
@@ -290,6 +348,7 @@ def validate_slices(slices: Slices, cfg: ValidationConfig, runner: GXRunner | No
     levels = label_levels(slices.meta, slices.rows, cfg.label_values) if labelled else []
     counts, n = counts_by_slice(slices.rows, slices.meta, levels, len(slices.specs)) if labelled else (None, None)
     shared_ids = ids_in_several_slices(slices.rows)
+    first = first_categories(slices)
     out = []
     for spec in slices.specs:
         i, label = int(spec["index"]), str(spec["label"])
@@ -308,6 +367,11 @@ def validate_slices(slices: Slices, cfg: ValidationConfig, runner: GXRunner | No
             classes = class_frame(slices, i, levels, counts, n)
             results += runner.validate("classes", classes, f"{label}-classes", class_expectations(gx, classes, i, cfg),
                                        ["class"], cfg.max_examples)
+        if slices.meta.features:
+            feats = feature_frame(slices, i, first)
+            results += runner.validate("features", feats, f"{label}-features",
+                                       feature_expectations(gx, feats, i, cfg, str(slices.specs[0]["label"])),
+                                       ["feature"], cfg.max_examples)
         records = sorted((record(r, cfg) for r in results), key=lambda rec: rec["expectation"])
         out.append({"index": i, "label": label, "n": int(len(frame)), "expectations": records})
     return out
