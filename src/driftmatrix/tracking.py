@@ -142,8 +142,11 @@ def configure(cfg: TrackingConfig) -> str:
     """Point MLflow at the configured store and experiment (once per process); the experiment id."""
     import mlflow
 
+    from driftmatrix.trackserver import http_retry_defaults
+
     fast_sqlite()
     uri = tracking_uri(cfg)
+    http_retry_defaults(uri)  # bounded, logged retries of transient HTTP errors (trackserver.py)
     if (uri, cfg.experiment) not in _CONFIGURED:
         seed_sqlite_store(uri)
     if os.environ.get("MLFLOW_TRACKING_URI") != uri:
@@ -292,15 +295,17 @@ def _driver_alive(run) -> bool:
     return run.info.status == "RUNNING" and bool(driver) and not _process_gone(driver)
 
 
-def plan_runs(runs: Sequence[Any], dataset: str,
-              wanted: Mapping[str, Mapping[str, Any]]) -> tuple[dict[str, Any], list[tuple[Any, str | None]]]:
+def plan_runs(runs: Sequence[Any], dataset: str, wanted: Mapping[str, Mapping[str, Any]],
+              project: str | None = None) -> tuple[dict[str, Any], list[tuple[Any, str | None]]]:
     """What a sync does with the runs of one model: (unit key -> its surviving run, which may be a
     deleted one to restore; [(run to delete, ``superseded_by`` tag or None)]).
 
     A unit's survivor is its first FINISHED run (:func:`_first`) made from the record's weights.
     Deleted: live duplicates, runs of older weights under the same key, runs a killed sync left
     unfinished, and this dataset's runs of a unit redone under a new key in the same slot. Left
-    alone: RUNNING runs of live processes (another sync at work) and other datasets' units.
+    alone: RUNNING runs of live processes (another sync at work), other datasets' units, and
+    runs of other units made by another ``project`` (a clone sharing the store: its own settings'
+    runs are not this one's to supersede; runs without the tag count as this project's).
     """
     slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): k for k, r in wanted.items()}
     keep: dict[str, Any] = {}
@@ -309,6 +314,8 @@ def plan_runs(runs: Sequence[Any], dataset: str,
         tags, active = r.data.tags, r.info.lifecycle_stage == "active"
         key, finished = tags.get("unit_key"), r.info.status == "FINISHED"
         slot = (tags.get("cutoff"), tags.get("seed"))
+        if project is not None and tags.get(PROJECT_TAG, project) != project and key not in wanted:
+            continue  # another clone's unit
         if key in wanted and finished and same_weights(r, wanted[key]) and key not in keep:
             keep[key] = r
         elif not active or _driver_alive(r):
@@ -393,7 +400,10 @@ def sync_units(cfg: TrackingConfig, dataset: str, model: str, current: Sequence[
     Syncs of one local store take turns (:func:`store_lock`); on other stores, syncs at once
     leave each other's unfinished runs alone and keep the same survivor of duplicates.
     """
-    with store_lock(tracking_uri(cfg)):
+    from driftmatrix.trackserver import server_errors
+
+    uri = tracking_uri(cfg)
+    with store_lock(uri), server_errors(uri):
         return _sync_units(cfg, dataset, model, current, folders, extra_tags, row)
 
 
@@ -404,7 +414,8 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row) -> dict[
     client = MlflowClient()
     wanted = {r["unit"]["key"]: r for r in current}
     tags = {"git_commit": git_commit(), **dict(extra_tags), "dataset": dataset}
-    keep, drop = plan_runs(model_runs(exp_id, model), dataset, wanted)
+    project = tags.setdefault(PROJECT_TAG, project_id())
+    keep, drop = plan_runs(model_runs(exp_id, model), dataset, wanted, project)
     restored = _apply(client, keep, drop)
     by_key = {key: r.info.run_id for key, r in keep.items()}
     created = 0
@@ -414,7 +425,7 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row) -> dict[
                                           row)
             created += 1
     if created:  # another writer may have made the same units meanwhile: keep the same survivors
-        keep, more = plan_runs(model_runs(exp_id, model), dataset, wanted)
+        keep, more = plan_runs(model_runs(exp_id, model), dataset, wanted, project)
         _apply(client, keep, more)
         drop += more
         by_key = {key: r.info.run_id for key, r in keep.items()}
@@ -425,7 +436,7 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row) -> dict[
             client.log_artifacts(r.info.run_id, str(folders[key]), artifact_path="model")
             client.set_tag(r.info.run_id, MODEL_TAG, _model_format())
     if cfg.register and cfg.log_models:
-        sync_registry(client, registered_name(dataset, model), list(wanted.values()), by_key)
+        sync_registry(client, registered_name(dataset, model), list(wanted.values()), by_key, project)
     superseded = sum(1 for _, by in drop if by)
     if created or restored or superseded:
         log.info("mlflow %s: %d runs created, %d restored, %d superseded (%d live)", model, created,
@@ -511,7 +522,8 @@ def store_lock(uri: str):
         os.close(fd)  # releases the lock
 
 
-def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_ids: Mapping[str, str]) -> None:
+def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_ids: Mapping[str, str],
+                  project: str | None = None) -> None:
     """One version per current unit, tagged with cutoff and seed; superseded versions deleted;
     aliases ``cutoff-<label>-seed-<s>`` per seed and ``cutoff-<label>`` for the lowest seed.
     Only what differs is written: a second sync of the same units changes nothing.
@@ -548,7 +560,7 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
 
     model = name.rpartition(".")[2]
     versions = client.search_model_versions(f"name LIKE {quote('%.' + model)}", max_results=100_000)
-    by_key, stale = registry_plan(versions, name, records, run_ids)
+    by_key, stale = registry_plan(versions, name, records, run_ids, project)
     for v in stale:
         delete(v)
     lowest: dict[str, tuple[int, str]] = {}
@@ -561,7 +573,8 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
                     name, f"runs:/{run_ids[unit['key']]}/model", run_id=run_ids[unit["key"]],
                     tags={"cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]),
                           "seed": str(unit["seed"]), "unit_key": unit["key"], "dataset": name.rpartition(".")[0],
-                          "model": model, "train_rows": str(r.get("train_rows", ""))})
+                          "model": model, "train_rows": str(r.get("train_rows", "")),
+                          **({PROJECT_TAG: project} if project else {})})
             point(alias_for(unit["cutoff"], unit["seed"]), str(version.version))
             best = lowest.get(unit["cutoff"])
             if best is None or unit["seed"] < best[0]:
@@ -571,12 +584,13 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
 
 
 def registry_plan(versions: Sequence[Any], name: str, records: Sequence[Mapping[str, Any]],
-                  run_ids: Mapping[str, str]) -> tuple[dict[str, Any], list[Any]]:
+                  run_ids: Mapping[str, str], project: str | None = None) -> tuple[dict[str, Any], list[Any]]:
     """(unit key -> its version to keep, [versions to delete]) among a model's ``versions``.
 
     Kept: the oldest version under ``name`` of each current unit's run. Deleted: the unit's other
     versions (duplicates, older runs, other dataset names) and, under ``name``, versions of units
-    redone under a new key in the same slot. Other datasets' units are left alone.
+    redone under a new key in the same slot. Other datasets' units, and another ``project``'s
+    versions of other units, are left alone.
     """
     slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): r["unit"]["key"] for r in records}
     current = set(slots.values())
@@ -589,7 +603,8 @@ def registry_plan(versions: Sequence[Any], name: str, records: Sequence[Mapping[
                 keep[key] = v
             else:
                 stale.append(v)
-        elif v.name == name and slot in slots:  # superseded by a redone unit
+        elif v.name == name and slot in slots and (project is None or v.tags.get(PROJECT_TAG, project) == project):
+            # superseded by a redone unit
             stale.append(v)
     return keep, stale
 
@@ -604,6 +619,17 @@ def _alias_setter(client):
 
 
 DRIVER_TAG = "driver"  # "<host>:<pid>" of the process that opened a stage run
+PROJECT_TAG = "project"  # "<host>:<folder>" of the clone whose sync made a unit run or version
+PROJECT_ENV = "DRIFTMATRIX_PROJECT"
+
+
+def project_id() -> str:
+    """This clone's name in a shared store: ``DRIFTMATRIX_PROJECT``, else ``<host>:<working folder>``
+    (``dvc repro`` runs stages in the project folder). A sync supersedes only its own project's
+    runs and versions (and untagged ones, made before the tag)."""
+    import socket
+
+    return os.environ.get(PROJECT_ENV) or f"{socket.gethostname()}:{Path.cwd().resolve()}"
 
 
 def driver_id() -> str:
