@@ -199,6 +199,7 @@ def summarize(bt: Backtest, ms: ModelScores, shift_threshold: float) -> dict[str
                                             if np.isfinite(bt.noise[s][future[s]]).any() else None)
                                 for s, seed in enumerate(ms.seeds)},
         "n_future_cells": int(future.sum()), "n_label_shift_cells": int(big.sum()),
+        "n_flagged_shift_cells": int(flagged.sum()),
         "label_shift_threshold": shift_threshold, "metric": ms.metric}
     for name, e in bt.estimates.items():
         err, have = np.abs(e - bt.truth), future & np.isfinite(e)

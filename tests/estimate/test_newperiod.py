@@ -1,0 +1,58 @@
+"""`estimate --data`'s decision on constructed units: the retrain flag and the label-shift warning."""
+
+import numpy as np
+
+from driftmatrix.estimate.backtest import ModelScores
+from driftmatrix.estimate.newperiod import SHIFT_CANDIDATES, estimate_model, render
+from estimate_cases import class_conditional, logits_for, stats
+
+K = 4
+
+
+def units(rng) -> ModelScores:
+    """Two seeds x K cutoffs whose held-out rows are balanced and class-conditional."""
+    values, n = np.full((2, K, K), 80.0), np.full((2, K, K), 300.0)
+    cells = [[[None] * K for _ in range(K)] for _ in range(2)]
+    for s in range(2):
+        for i in range(K):
+            for j in range(K):
+                c = stats(*class_conditional(rng, (rng.random(300) < 0.5).astype(int)))
+                cells[s][i][j], values[s, i, j] = c, 100 * c.accuracy
+    return ModelScores("M", [str(1950 + k) for k in range(K)], [0, 1], values, n, cells,
+                       [tuple(range(i + 1)) for i in range(K)])
+
+
+SUMMARY = {"noise_floor": 2.0, "carry-forward": {"mae": 5.0}, "trend": {"mae": 6.0}, "AC": {"mae": 3.0},
+           "DoC": {"mae": 4.0}, "ATC": {"mae": 4.5}, "IW": {"mae": 3.5}, "BBSE": {"mae": 5.5}}
+
+
+def test_a_pure_label_shift_on_the_new_period_is_flagged_and_confidence_methods_are_not_trusted():
+    rng = np.random.default_rng(0)
+    ms = units(rng)
+    shifted = {(s, i): class_conditional(rng, (rng.random(400) < 0.95).astype(int))[0] for s in range(2) for i in range(K)}
+    records = estimate_model(ms, shifted, "binary", 1, SUMMARY, alert_drop=5.0, shift_threshold=0.1, min_ess=30)
+    assert len(records) == K
+    for r in records:
+        assert r["label_shift"] and r["label_shift_tv"] > 0.3 and "not to be trusted" in r["warning"]
+        assert r["trusted"] in SHIFT_CANDIDATES
+        # class 1 (recall 0.7) now dominates: BBSE sees the drop that AC cannot
+        assert r["estimates"]["BBSE"] < r["in_distribution"] - 5 < r["estimates"]["AC"]
+    assert "label shift" in render(records, 5.0)
+
+
+def test_no_shift_no_drop_no_flag_and_a_confidence_drop_flags_retrain():
+    rng = np.random.default_rng(1)
+    ms = units(rng)
+    same = {(s, i): class_conditional(rng, (rng.random(400) < 0.5).astype(int))[0] for s in range(2) for i in range(K)}
+    for r in estimate_model(ms, same, "binary", 1, SUMMARY, 5.0, 0.1, 30):
+        assert not r["label_shift"] and r["trusted"] == "AC" and not r["retrain"]
+        assert "backtest MAE 3.00 vs carry-forward 5.00" in r["why"]
+    # the same predicted classes, far less confident: no label shift, a confidence drop
+    unsure = {}
+    for s in range(2):
+        for i in range(K):
+            pred = class_conditional(rng, (rng.random(400) < 0.5).astype(int))[0].argmax(1)
+            unsure[s, i] = logits_for(pred, rng.uniform(0.5, 0.7, 400))
+    for r in estimate_model(ms, unsure, "binary", 1, SUMMARY, 5.0, 0.1, 30):
+        assert not r["label_shift"] and r["trusted"] == "AC"
+        assert r["estimates"]["AC"] < 65 and r["retrain"] and r["drop"] > 5
