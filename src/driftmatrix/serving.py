@@ -33,6 +33,7 @@ import hashlib
 import importlib.util
 import io
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -54,6 +55,9 @@ CODE_MODULE = "driftmatrix.pyfunc_model"
 CODE_FILE = "pyfunc_model.py"
 ARTIFACTS = {"weights": WEIGHTS, "description": DESCRIPTION, "record": RECORD}
 LOADER = "mlflow.pyfunc.loaders.code_model"
+#: Model inputs packaged as MLflow models (``models.registry.INPUTS``; ``table`` not yet).
+INPUT_KINDS = ("pixels", "token_states", "pooled", "none")
+log = logging.getLogger(__name__)
 #: What an image model's predict also accepts: file paths (a list, Series or one-column frame).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
@@ -407,6 +411,12 @@ class ModelFolders(Mapping):
 
     def __getitem__(self, key: str) -> Path:
         if key in self.made:
+            return self.made[key]
+        if self.exp.spec.inputs not in INPUT_KINDS:  # not packaged yet (tabular): the unit folder as is
+            if not self.made:
+                log.warning("%s: %s inputs are not packaged as an MLflow model yet; logging the unit folder",
+                            self.exp.spec.name, self.exp.spec.inputs)
+            self.made[key] = Path(self.folders[key])
             return self.made[key]
         if self.tmp is None:
             raise RuntimeError("ModelFolders is used inside a `with` block")
