@@ -353,6 +353,21 @@ def plan(params: list[Path] = typer.Option([Path("params.yaml")], "--params", "-
                                      "GPU" if scale == "gpu" else "worker"))
 
 
+@app.command()
+def importance(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
+               checkpoints: Path = typer.Option(Path("outputs/checkpoints")),
+               out: Path = typer.Option(Path("outputs/importance")), features: Path = FEATURES_OPT) -> None:
+    """Permutation importance of every tabular model per cutoff, on each cutoff's held-out rows:
+    a features x cutoffs heatmap per model (outputs/importance/report.html)."""
+    from driftmatrix.explain import importance as stage
+
+    for model, res in stage.run(_params(params), slices, checkpoints, out, features).items():
+        last = [row[-1] for row in res["values"]]
+        ranked = sorted((v, f) for f, v in zip(res["features"], last) if v is not None)[::-1][:3]
+        typer.echo(f"{model:<10} at {res['cutoffs'][-1]}: " + ", ".join(f"{f} {v:.2f}" for v, f in ranked))
+    typer.echo(f"-> {out / 'report.html'}")
+
+
 @app.command("models")
 def list_models() -> None:
     """List the model registry (name, family, modality)."""

@@ -174,6 +174,21 @@ def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any
     from driftmatrix.training import fit
 
     model = new_model(seed)
+    if hasattr(model, "predict_arrays"):  # a tabular model: preprocessing and model fitted on the inner train rows
+        scores: list[float] = []
+
+        def report_epoch(epoch: int, _loss: float) -> None:
+            scores.append(validation_score(model, data, cfg))
+            model.train()
+            if report:
+                report(epoch, scores[-1])
+
+        model.fit(data.inputs, data.train_pos, data.targets_np, cfg, seed, device, report_epoch, loop=fit)
+        if not scores:  # fitted by its library in one go: one report
+            scores.append(validation_score(model, data, cfg))
+            if report:
+                report(0, scores[-1])
+        return scores[-1]
     init_output_bias(model, data.task, data.targets_np[data.train_pos])
     loss_fn = make_loss(data.task, data.targets_np[data.train_pos])
     scores: list[float] = []
@@ -220,6 +235,8 @@ def has_dropout(model) -> bool:
 
     from driftmatrix.models.dropout import MaskDropout
 
+    if not isinstance(model, nn.Module):  # a tabular model: MLP-Tab's network has dropout
+        return getattr(model, "kind", "") == "MLP"
     return any(isinstance(m, (nn.Dropout, MaskDropout)) for m in model.modules())
 
 

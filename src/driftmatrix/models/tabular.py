@@ -305,7 +305,7 @@ class TabularModel:
             on_epoch=None, loop=None) -> list[float]:
         """Fit preprocessing and model on ``rows`` (the unit's training rows) only; returns losses.
         ``loop``: the torch training loop (``training.fit``) that trains MLP-Tab's network."""
-        num, cat = inputs.num[rows].numpy(), inputs.cat[rows].numpy()
+        num, cat = (t.numpy() for t in inputs.batch(torch.as_tensor(np.asarray(rows), dtype=torch.long)))
         y = np.asarray(targets)[rows]
         self.prep.fit(num, cat)
         if self.task in ("binary", "multiclass") and len(np.unique(y)) < 2:
