@@ -18,6 +18,8 @@ Sections (all in temporary folders with a temporary MLflow store, never the repo
   run's, per-stage seconds (``bench/incremental.py``; ``--incremental-args`` narrows it, e.g.
   ``"--models MLP-S Prior"`` on a small or shared machine).
 - ``validation``, ``ingest``, ``text``: the scripts beside this one, when present.
+- ``tabular``: bench/tabular.py, 300,000 rows x 30 columns x 20 periods, LogReg, HistGBT, LightGBM
+  and MLP-Tab x 2 seeds: time to the matrices and peak memory.
 """
 
 from __future__ import annotations
@@ -103,13 +105,14 @@ def bench_default(base: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=None,
-                    help="startup default incremental anchor anchor5 validation ingest text")
+                    help="startup default incremental anchor anchor5 validation ingest text tabular")
     ap.add_argument("--ingest-gb", type=float, default=1.0)
     ap.add_argument("--incremental-args", default="", help="extra arguments of bench/incremental.py")
     args = ap.parse_args()
     base = yaml.safe_load((REPO / "params.yaml").read_text())
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    want = set(args.only or ["startup", "default", "incremental", "anchor", "anchor5", "validation", "ingest", "text"])
+    want = set(args.only or ["startup", "default", "incremental", "anchor", "anchor5", "validation", "ingest", "text",
+                             "tabular"])
     if "startup" in want:
         bench_startup(env)
     if "default" in want:
@@ -118,7 +121,7 @@ def main() -> None:
              "anchor": ["anchor.py", "--seeds", "1"],
              "anchor5": ["anchor.py", "--seeds", "5", "--precision", "fp32", "bf16"],
              "validation": ["validation_speed.py"], "ingest": ["ingest_large.py", "--size-gb", str(args.ingest_gb)],
-             "text": ["text.py"]}
+             "text": ["text.py"], "tabular": ["tabular.py"]}
     for name, cmd in extra.items():
         if name in want and (HERE / cmd[0]).exists():
             print(f"--- {name} ({cmd[0]})", flush=True)
