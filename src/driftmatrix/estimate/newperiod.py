@@ -188,7 +188,7 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
     images_path = Path(slices_dir) / "images.npy"
     if not images_path.exists():
         raise DataError(f"{slices_dir}: no images.npy: `estimate --data` reads image datasets")
-    size = int(np.load(images_path, mmap_mode="r").shape[1])
+    size = int(np.load(images_path, mmap_mode="r", allow_pickle=False).shape[1])
     images, _ = read_images(data, size)
     log.info("estimate: %d rows from %s", len(images), data)
     backtest_path = Path(estimates_dir) / "backtest.json"
