@@ -137,3 +137,22 @@ def test_forward_stats_are_fixed_size_and_count_what_they_say():
     assert forward_stats(logits, y, "regression") is None
     assert forward_stats(logits_for(np.array([0, 1]), np.array([1.0, 1.0])), np.array([0, 1]), "binary")["hist"][-1][1] \
         == CONF_BINS - 1
+
+
+def test_the_class_balance_cap_bounds_a_confident_model_that_collapses_onto_one_class():
+    rng = np.random.default_rng(8)
+    y_src = (rng.random(4000) < 0.5).astype(int)
+    source = stats(*class_conditional(rng, y_src))
+    # the new period: still balanced, but the model puts 90% of it into class 0, confidently
+    y = (rng.random(4000) < 0.5).astype(int)
+    pred = np.where(rng.random(4000) < 0.9, 0, 1)
+    target = stats(logits_for(pred, rng.uniform(0.95, 1.0, 4000)), y)
+    cap = methods.class_balance_cap(source, target.unlabelled())
+    assert cap == pytest.approx(100 * (0.1 + 0.5) + 100 * np.sqrt(0.25 / 4000), abs=1.5)
+    assert 100 * target.accuracy <= cap + 1.0  # it is a bound (up to the period's own sampling)
+    got = methods.estimate_all(95.0, np.full((1, 2, 2), 95.0), 1, source, target.unlabelled())
+    assert got["AC"].value > 95 and got["AC+cap"].value == pytest.approx(cap)
+    assert got["carry-forward+cap"].value == pytest.approx(cap) and got["AC+cap"].flags["cap"] == pytest.approx(cap, abs=1e-3)
+    # predictions spread as the labels are (equal recalls): the cap does not bind
+    even = stats(*class_conditional(rng, (rng.random(4000) < 0.5).astype(int), recall=(0.8, 0.8)))
+    assert methods.class_balance_cap(source, even.unlabelled()) > 99

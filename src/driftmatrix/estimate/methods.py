@@ -30,10 +30,16 @@ import numpy as np
 
 from driftmatrix.estimate.cells import CellStats
 
+#: The methods before the class-balance cap, in the order tables list them.
+BASE_METHODS = ("carry-forward", "trend", "AC", "DoC", "ATC", "IW", "BBSE")
+#: Methods whose estimate is also given capped by :func:`class_balance_cap` ("<method>+cap").
+CAPPED = ("carry-forward", "trend", "AC", "DoC", "ATC", "IW")
 #: Every method, in the order tables list them.
-METHODS = ("carry-forward", "trend", "AC", "DoC", "ATC", "IW", "BBSE")
-#: Methods that need the model's confidences (classification with accuracy as its metric).
-CONFIDENCE_METHODS = ("AC", "DoC", "ATC", "IW", "BBSE")
+METHODS = BASE_METHODS + tuple(f"{m}+cap" for m in CAPPED)
+#: Methods that need the model's outputs on the new period (classification, accuracy).
+CONFIDENCE_METHODS = ("AC", "DoC", "ATC", "IW", "BBSE") + tuple(f"{m}+cap" for m in CAPPED)
+#: One standard error of the new period's label shares: the slack of the class-balance cap.
+CAP_SLACK = 1.0
 #: Methods that read nothing but the drift matrix (any metric).
 MATRIX_METHODS = ("carry-forward", "trend")
 Z = 1.645  # central 90%
@@ -240,6 +246,18 @@ def bbse(source: CellStats, target: CellStats, threshold: float = 0.1) -> Estima
         "label_shift": bool(tv > threshold and pval < SHIFT_ALPHA), "label_dist": [round(float(v), 4) for v in q]})
 
 
+def class_balance_cap(source: CellStats, target: CellStats, slack: float = CAP_SLACK) -> float:
+    """The most accuracy the period's predicted classes allow if its labels are distributed as
+    the held-out rows' (in percent): sum over classes of min(predicted share, label share + slack
+    standard errors of that share on the period's n rows). A model that puts 90% of a balanced
+    period into one class is right on at most about 60% of it, however confident it is. Assumes
+    no label shift (the held-out label shares); the slack covers the period's own sampling."""
+    q = source.label_counts / max(source.n, 1)
+    pi = target.pred / max(target.n, 1)
+    room = q + slack * np.sqrt(q * (1 - q) / max(target.n, 1))
+    return _pct(min(1.0, float(np.minimum(pi, room).sum())))
+
+
 def estimate_all(m_ii: float, known: np.ndarray, lag: int, source: CellStats | None,
                  target: CellStats | None, higher_is_better: bool = True, min_ess: float = 30.0,
                  methods=METHODS, value_range: tuple[float, float] | None = None,
@@ -265,4 +283,10 @@ def estimate_all(m_ii: float, known: np.ndarray, lag: int, source: CellStats | N
     for name, fn in fns.items():
         if name in methods:
             out[name] = fn()
+    if any(f"{m}+cap" in methods for m in CAPPED):
+        cap = class_balance_cap(source, target)
+        for m in CAPPED:
+            if f"{m}+cap" in methods and m in out:
+                e = clipped(out[m], 0.0, cap)
+                out[f"{m}+cap"] = Estimate(e.value, e.lo, e.hi, {**e.flags, "cap": round(cap, 3)})
     return out

@@ -173,8 +173,8 @@ def log_to_mlflow(params: Params, backtests: Mapping[str, Mapping[str, Any]], fi
             for m in METHODS:
                 for k in ("mae", "bias", "coverage", "rho"):
                     v = (s.get(m) or {}).get(k)
-                    if v is not None:
-                        metrics[f"{model}.{m}.{k}"] = v
+                    if v is not None:  # MLflow keys take no "+": AC+cap -> AC_cap
+                        metrics[f"{model}.{m.replace('+', '_')}.{k}"] = v
         mlflow.log_metrics(metrics)
         mlflow.set_tags({f"best_method.{model}": s["best_method"] for model, s in backtests.items()
                          if "best_method" in s})
