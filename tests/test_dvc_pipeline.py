@@ -89,7 +89,8 @@ def test_dvc_repro_is_idempotent_and_reruns_only_the_changed_model(tmp_path):
 
     first = sh(["dvc", "repro"], work, env)
     assert {"ingest", "slice", "validate", "audit", "embed", "train@MLP-S", "train@CNN-S", "evaluate@MLP-S",
-            "evaluate@CNN-S", "matrices", "report", "saliency"} <= ran(first)
+            "evaluate@CNN-S", "matrices", "estimates", "report", "saliency"} <= ran(first)
+    assert (work / "metrics" / "estimates.json").exists() and (work / "outputs" / "estimates" / "backtest.json").exists()
     assert (work / "metrics" / "metrics.json").exists()  # git-tracked, for dvc exp show
     assert (work / "outputs" / "report" / "plots" / "CNN-S.png").exists()
     assert "Drift matrices" in (work / "outputs" / "report" / "report.html").read_text()
