@@ -66,8 +66,10 @@ def test_prior_minimises_the_cutoffs_training_loss_over_constant_outputs(task):
         assert moved.item() > loss.item()
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(n for n in REGISTRY if REGISTRY[n].inputs != "table"))
 def test_every_registry_model_has_one_output_bias_of_its_output_width(name):
+    """Every torch network (tabular models are fitted by their library; MLP-Tab's network starts
+    at its window's prior through init_output_bias in models.tabular)."""
     model = get(name).build(5, {"dim": DIM, "max_len": MAX_LEN})
     assert output_bias(model).shape == (5,)
 
