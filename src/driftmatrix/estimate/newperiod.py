@@ -117,7 +117,12 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, images: np.ndarray
             from driftmatrix.tracking import configure, load_registered
 
             configure(params.tracking)
-            net = load_registered(params.dataset.name, model, unit.cutoff, seed=unit.seed)
+            try:
+                net = load_registered(params.dataset.name, model, unit.cutoff, seed=unit.seed)
+            except Exception as exc:  # noqa: BLE001 - any registry failure: one line, and the way out
+                raise DataError(f"{model} seed {unit.seed} cutoff {unit.cutoff}: the MLflow registry did not give "
+                                f"a model ({type(exc).__name__}: {str(exc)[:200]}); without --registry the "
+                                f"checkpoints are read") from None
         else:
             if not store.done(unit.key):
                 log.warning("%s seed %d cutoff %s: no checkpoint; skipped", model, unit.seed, unit.cutoff)
@@ -206,6 +211,8 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
             continue
         records += estimate_model(ms, outputs, meta.task, ahead, backtests.get(model), cfg.alert_drop,
                                   cfg.label_shift, cfg.min_ess, [ms.K - 1] if latest else None)
+    if not records:
+        raise DataError(f"no model of {list(params.models)} could be estimated on {data} (see the warnings above)")
     if out is not None:
         write(records, Path(out), {"data": str(data), "rows": int(len(images)), "alert_drop": cfg.alert_drop,
                                    "label_shift": cfg.label_shift, "ahead": ahead})
@@ -232,12 +239,13 @@ def render(records: Sequence[Mapping[str, Any]], alert_drop: float) -> str:
             model = r["model"]
             methods = list(r["estimates"])
             out.append(f"\n{model}: trusts {r['trusted']} ({r['why']}); retrain when it drops > {alert_drop} points")
-            out.append(f"  {'cutoff':<8}{'ID':>7}" + "".join(f"{m:>14}" for m in methods)
-                       + f"  {'trusted':<14}{'drop':>6}  flag")
+            widths = [max(7, len(m) + 1) for m in methods]
+            out.append(f"  {'cutoff':<8}{'ID':>7}" + "".join(f"{m:>{w}}" for m, w in zip(methods, widths))
+                       + f"  {'trusted':<18}{'drop':>6}  flag")
         flag = "RETRAIN" if r["retrain"] else "ok"
         if r["warning"]:
             flag += f"  (label shift {r['label_shift_tv']:.2f}: confidence-based estimates not trusted)"
         out.append(f"  {r['cutoff']:<8}{r['in_distribution']:>7.1f}"
-                   + "".join(f"{r['estimates'].get(m, float('nan')):>14.1f}" for m in methods)
-                   + f"  {r['trusted']:<14}{r['drop']:>6.1f}  {flag}")
+                   + "".join(f"{r['estimates'].get(m, float('nan')):>{w}.1f}" for m, w in zip(methods, widths))
+                   + f"  {r['trusted']:<18}{r['drop']:>6.1f}  {flag}")
     return "\n".join(out).lstrip("\n")
