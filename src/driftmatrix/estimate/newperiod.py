@@ -103,7 +103,7 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, images: np.ndarray
     elif spec.inputs == "none":
         inputs = RowCountInputs(len(images))
     else:
-        raise DataError(f"{model} reads {spec.inputs} (an encoder cache): `estimate --data` runs pixel models only")
+        raise DataError(f"{model} reads {spec.inputs} inputs: `estimate --data` runs pixel models (and Prior) only")
     recorded = CheckpointStore(checkpoints_dir, model).environment()
     if recorded is None:
         raise DataError(f"{Path(checkpoints_dir) / model}: no checkpoints (run `driftmatrix train -m {model}`)")
