@@ -343,6 +343,24 @@ def _dataset_input(name: str, digest: str, source: Mapping[str, Any], context: s
                         tags=[InputTag("mlflow.data.context", context)])
 
 
+def log_inputs(client, run_id: str, inputs: list, attempts: int = 4) -> None:
+    """``client.log_inputs``, again when another writer inserted the same dataset (name, digest) of
+    the experiment at the same moment: the store checks for it and then inserts, so two syncs of
+    one dataset at once (two clones on a tracking server) hit its unique key; the next attempt
+    finds the dataset and links it."""
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(attempts):
+        try:
+            return client.log_inputs(run_id, inputs)
+        except MlflowException as exc:
+            text = str(exc)
+            if attempt == attempts - 1 or not ("unique constraint" in text.lower() or "UniqueViolation" in text):
+                raise
+            log.info("mlflow: dataset inserted by another writer meanwhile; linking it (attempt %d)", attempt + 2)
+            time.sleep(0.2 * (attempt + 1))
+
+
 def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path | None,
                     extra_tags: Mapping[str, str], row: RowFor | None = None) -> str:
     """One FINISHED run from a unit's sidecar record: tags, params, losses, times, data, model;
@@ -377,7 +395,7 @@ def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path
         client.log_batch(run_id, metrics=metrics, params=params,
                          tags=[RunTag("mlflow.source.git.commit", extra_tags.get("git_commit", ""))])
         if inputs:
-            client.log_inputs(run_id, inputs)
+            log_inputs(client, run_id, inputs)
         if folder is not None:
             client.log_artifacts(run_id, str(folder), artifact_path="model")
         if scored is not None:
@@ -698,7 +716,7 @@ def log_rows(cfg: TrackingConfig, rows: Sequence[tuple[str, Mapping[str, float],
     for run_id, metrics, folder in rows:
         client.log_batch(run_id, metrics=[_metric(k, v, now, step) for k, v in metrics.items()])
         if data:
-            client.log_inputs(run_id, [_dataset_input(data["name"], data["digest"], data["source"], "evaluation")])
+            log_inputs(client, run_id, [_dataset_input(data["name"], data["digest"], data["source"], "evaluation")])
         client.log_artifacts(run_id, str(folder))
 
 

@@ -152,8 +152,12 @@ class Postgres:
 
     def _cmd(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         kwargs = {"user": self.run_as} if self.run_as else {}
-        return subprocess.run([str(a) for a in args], capture_output=True, text=True, check=check, cwd=self.root,
-                              timeout=120, **kwargs)
+        out = subprocess.run([str(a) for a in args], capture_output=True, text=True, cwd=self.root, timeout=120,
+                             **kwargs)
+        if check and out.returncode != 0:
+            raise RuntimeError(f"{Path(str(args[0])).name} failed ({out.returncode}): "
+                               f"{(out.stderr or out.stdout).strip()[-1500:]}")
+        return out
 
     def start(self) -> "Postgres":
         self.root.mkdir(parents=True, exist_ok=True)
