@@ -12,7 +12,7 @@ PARAMS ?= params.yaml
 # (4-9 s each), so make's commands run without it.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: repro install params data status matrices recommend golden test bench ui exp clean-outputs help
+.PHONY: repro install params data status matrices recommend golden test test-cluster bench bench-cluster ui exp clean-outputs help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -57,11 +57,17 @@ recommend: install  ## best model per retraining horizon, from outputs/matrices
 golden: install  ## reproduce the paper's Yearbook tables from the published matrices
 	pytest tests/analysis/test_golden_yearbook.py
 
-test: install  ## run the test suite
+test: install  ## run the test suite (the cluster tests too: they are part of it)
 	pytest
+
+test-cluster: install  ## only the two-node Ray cluster and PostgreSQL tracking-server tests (about 7 min)
+	pytest -m cluster
 
 bench: install  ## time-to-matrix and throughput benchmarks (see bench/)
 	$(VENV)/bin/python bench/run.py
+
+bench-cluster: install  ## the default through a two-node Ray cluster and a PostgreSQL tracking server vs local sqlite
+	$(VENV)/bin/python bench/cluster.py
 
 UI_HOST := 127.0.0.1
 UI_PORT ?= 5000
