@@ -453,6 +453,12 @@ def main() -> None:
         if isinstance(exc, (ConfigError, DataError)):
             typer.echo(f"error: {exc}", err=True)
             sys.exit(2)
+        from driftmatrix.trackserver import explain
+
+        down = explain(exc)  # any stage whose MLflow tracking server stayed unreachable
+        if down is not None:
+            typer.echo(f"error: {down}", err=True)
+            sys.exit(2)
         raise
     finally:
         # The command is done: the collections at interpreter exit would only walk torch's and
