@@ -409,11 +409,18 @@ def summarize(path: Path = MATRICES_ARG,
 @app.command()
 def recommend(path: Path = MATRICES_ARG,
               horizon: Optional[int] = typer.Option(None, "--horizon", "-H", min=1,
-                                                    help="Periods between retrains.")) -> None:
-    """Rank models by expected score when retrained every H periods (all H if not given)."""
+                                                    help="Periods between retrains."),
+              tolerance: Optional[float] = typer.Option(None, "--tolerance", "-t", min=0.0,
+                                                        help="Points of the metric a model may lose on "
+                                                             "average before it is retrained.")) -> None:
+    """Rank models by expected score when retrained every H periods (all H if not given); with
+    --tolerance, each model's longest retraining horizon that stays within it of a fresh model."""
     from driftmatrix.reporting import text
 
     cohort = _cohort(path)
+    if tolerance is not None:
+        typer.echo(text.cadences(cohort, tolerance))
+        return
     typer.echo(text.horizon_ranking(cohort, horizon) if horizon else text.horizon_leaders(cohort))
 
 

@@ -43,3 +43,33 @@ def test_lower_is_better_prefers_small(curves):
 def test_horizon_must_be_positive(curves):
     with pytest.raises(ValueError):
         advisor.horizon_score(curves["A"], 0)
+
+
+def test_cadence_is_the_longest_horizon_within_the_tolerance(curves):
+    # A: fresh 91, expected 81 at H=2, 71 at H=3; B: fresh 80, 77.5 at H=2, 75 at H=3
+    assert advisor.cadence("B", curves["B"], 2.5) == advisor.Cadence("B", 2, 80.0, 77.5)
+    assert advisor.cadence("B", curves["B"], 5.0).horizon == 3
+    assert advisor.cadence("A", curves["A"], 5.0).horizon == 1  # already 10 points down at H=2
+    assert advisor.cadence("A", curves["A"], 0.0).expected == pytest.approx(91.0)
+    lower = {"L": forgetting.seed_curves(toeplitz([1.0, 1.5, 3.0]))}  # a loss: higher is worse
+    assert advisor.cadence("L", lower["L"], 0.3, higher_is_better=False).horizon == 2
+    with pytest.raises(ValueError):
+        advisor.cadence("A", curves["A"], -1)
+
+
+def test_recommend_prints_the_cadence_per_model(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from driftmatrix.cli import app
+
+    for name, curve in (("A", [90, 70, 50]), ("B", [80, 75, 70])):
+        doc = {"dataset": "toy", "title": name, "metric": "accuracy", "unit": "%", "higherIsBetter": True,
+               "slices": ["1", "2", "3"], "values": [[None if v != v else v for v in row]
+                                                       for row in toeplitz(curve).tolist()]}
+        (tmp_path / f"{name}.json").write_text(json.dumps(doc))
+    out = CliRunner().invoke(app, ["recommend", str(tmp_path), "--tolerance", "3"])
+    assert out.exit_code == 0, out.output
+    lines = [line.split() for line in out.output.splitlines() if line.startswith(("A ", "B "))]
+    assert [(row[0], row[2]) for row in lines] == [("B", "2"), ("A", "1")]

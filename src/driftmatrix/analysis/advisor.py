@@ -64,6 +64,31 @@ def lag_leaders(curves: Mapping[str, Curve], higher_is_better: bool = True) -> l
 
 
 @dataclass(frozen=True)
+class Cadence:
+    model: str
+    horizon: int  # longest H whose expected score stays within the tolerance of a fresh model's
+    fresh: float  # F(0): the in-distribution score right after a retrain
+    expected: float  # the expected score when retrained every ``horizon`` periods
+
+
+def cadence(model: str, curve: Curve, tolerance: float, higher_is_better: bool = True) -> Cadence:
+    """How rarely ``model`` may be retrained: the longest horizon H whose expected score (mean of
+    the forgetting curve over lags 0..H-1) is within ``tolerance`` of F(0), the fresh model's.
+    H is at least 1 (retrain every period) and at most the longest lag the curve reaches."""
+    if tolerance < 0:
+        raise ValueError("tolerance must be >= 0")
+    fresh, best = float(curve.mean[0]), 1
+    for h in range(1, len(curve.mean) + 1):
+        expected = horizon_score(curve, h).mean
+        loss = fresh - expected if higher_is_better else expected - fresh
+        if np.isfinite(loss) and loss <= tolerance + 1e-12:
+            best = h
+        else:
+            break
+    return Cadence(model, best, fresh, float(horizon_score(curve, best).mean))
+
+
+@dataclass(frozen=True)
 class Crossover:
     horizon: int  # first horizon at which ``to`` leads
     previous: str

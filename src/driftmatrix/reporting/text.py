@@ -69,6 +69,21 @@ def horizon_ranking(cohort, horizon: int) -> str:
     return head + "\n" + table(["rank", "model", "family", "expected", "seed std"], rows, d)
 
 
+def cadences(cohort, tolerance: float) -> str:
+    """Per model, the longest retraining horizon that keeps it within ``tolerance`` of fresh."""
+    from driftmatrix.analysis import advisor
+
+    d = decimals_for(cohort.unit)
+    rows = []
+    for model, curve in cohort.curves.items():
+        c = advisor.cadence(model, curve, tolerance, cohort.higher_is_better)
+        rows.append((c.model, cohort.families.get(model) or "-", c.horizon, c.fresh, c.expected))
+    rows.sort(key=lambda r: (-r[2], -r[4] if cohort.higher_is_better else r[4]))
+    head = (f"Retrain every H periods, H as long as the expected {cohort.metric} stays within {tolerance:g} "
+            f"{cohort.unit or 'points'} of a freshly trained model (F(0)):")
+    return head + "\n" + table(["model", "family", "H", "fresh F(0)", "expected over H"], rows, d)
+
+
 def horizon_leaders(cohort) -> str:
     """Leader per horizon (as ranges), the crossovers, and the leader per lag for contrast."""
     from driftmatrix.analysis import advisor
