@@ -52,9 +52,23 @@ def data_generate(params: Path = PARAMS_OPT,
     if holds_real_data(target) and not force:
         typer.echo(f"{target} holds data that was not generated here (no .complete stamp): left as it is")
         return
+    refuse_foreign_table(p.dataset, target)
     what, n = synthetic.write_builtin(p.dataset.source, p.synthetic, target, force=force)
     typer.echo(f"synthetic {what} ({p.synthetic.scenario}): {n} {'images' if what == 'yearbook' else 'documents'} "
                f"in {target}")
+
+
+def refuse_foreign_table(dataset, target: Path) -> None:
+    """For ``source: table`` the built-in generator writes only its own customer table: a table of
+    the user's that is not there yet is a one-line error, not a folder of generated data."""
+    from driftmatrix.data.synthetic_table import COLUMNS
+    from driftmatrix.data.table import DataError
+
+    options = dict(dataset.options or {})
+    if dataset.source == "table" and not (options.get("label") == COLUMNS[-1] and options.get("input") is None):
+        raise DataError(f"{target}: no data there yet, and `data generate` has no generator for this table "
+                        f"(dataset.options.label {options.get('label')!r}): put your file(s) in {target}, "
+                        f"then `dvc add {Path(target).parts[0]}` and `make repro`")
 
 
 def holds_real_data(target: Path) -> bool:
