@@ -427,25 +427,16 @@ def node_tags(node: Mapping[str, str] | None) -> dict[str, str]:
     return {k: str(v) for k, v in (node or {}).items() if k in ("host", "ray_node") and v}
 
 
-def training_data(exp: Experiment, unit: Unit, dvc_hash: str) -> dict[str, Any]:
-    """The MLflow dataset input of a unit: its window's slices, by content hash."""
+def training_data(exp: Experiment, unit: Unit) -> dict[str, Any]:
+    """The MLflow dataset input of a unit: its window's slices, by content hash, and the data
+    version of the slices manifest (a declared input of the stage, unlike data.dvc)."""
     from driftmatrix.config import fingerprint
 
     hashes = [exp.manifest["slices"][k]["hash"] for k in unit.window]
     return {"name": f"{exp.dataset}[{exp.labels[unit.window[0]]}..{exp.labels[unit.window[-1]]}]",
-            "digest": fingerprint(*hashes), "source": {"path": exp.params.dataset.path, "data.dvc": dvc_hash,
+            "digest": fingerprint(*hashes), "source": {"path": exp.params.dataset.path,
+                                                       "data_version": exp.manifest["data_version"],
                                                        "slices": [exp.labels[k] for k in unit.window]}}
-
-
-def dvc_data_hash(path: str | Path = "data.dvc") -> str:
-    """The md5 that ``data.dvc`` records for the raw data ('' when the file is absent)."""
-    try:
-        import yaml
-
-        outs = yaml.safe_load(Path(path).read_text()).get("outs") or [{}]
-        return str(outs[0].get("md5", ""))
-    except (OSError, AttributeError, ValueError):
-        return ""
 
 
 def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], executor=None,
@@ -454,10 +445,10 @@ def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], 
     from driftmatrix.executor import make_executor, runtime_config
 
     executor = executor or make_executor(runtime_config(exp.params))
-    description, dvc_hash, done = exp.description(), dvc_data_hash(), []
+    description, done = exp.description(), []
     for unit, result in executor.map(train_task, recipe, units, model=exp.spec.name, context=exp,
                                      label="train"):
-        record = unit_record(exp, unit, result, training_data(exp, unit, dvc_hash), tags)
+        record = unit_record(exp, unit, result, training_data(exp, unit), tags)
         done.append(store.write(unit.key, result["state"], description, record))
         log.info("%s seed %d cutoff %s: %d rows, %d epochs, loss %.4f, %.1f s", unit.model, unit.seed, unit.cutoff,
                  result["train_rows"], exp.cfg.epochs, result["losses"][-1] if result["losses"] else float("nan"),
