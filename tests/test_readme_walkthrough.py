@@ -8,6 +8,7 @@ example is the preset's. Nothing else in the clone is edited.
 from __future__ import annotations
 
 import csv
+import json
 import os
 import random
 import re
@@ -102,5 +103,8 @@ def test_own_text_csv_reaches_a_report(walked):
     assert (clone / "outputs" / "report" / "report.html").stat().st_size > 10_000
     matrices = {p.stem for p in (clone / "outputs" / "matrices").glob("*.json")}
     assert {"Prior", "FFN-S", "MiniLM-L6"} <= matrices
-    report = (clone / "outputs" / "ingested" / "report.json").read_text()
-    assert '"kept": 320' in report.replace(" ", "").replace('"kept":320', '"kept": 320') or "320" in report
+    ingested = json.loads((clone / "outputs" / "ingested" / "report.json").read_text())
+    assert ingested["read"] == ingested["kept"] == 320 and ingested["per_period"] == {str(y): 80 for y in range(2019, 2023)}
+    metrics = json.loads((clone / "metrics" / "metrics.json").read_text())
+    assert metrics["FFN-S"]["in_distribution"] > metrics["Prior"]["in_distribution"] + 20  # it learned the cue
+    assert metrics["FFN-S"]["decay"] > 0  # and lost some of it when the cue word changed
