@@ -78,9 +78,10 @@ def cadences(cohort, tolerance: float) -> str:
     for model, curve in cohort.curves.items():
         c = advisor.cadence(model, curve, tolerance, cohort.higher_is_better)
         rows.append((c.model, cohort.families.get(model) or "-", c.horizon, c.fresh, c.expected))
-    rows.sort(key=lambda r: (-r[2], -r[4] if cohort.higher_is_better else r[4]))
+    rows.sort(key=lambda r: (r[1] == "Baseline", -r[2], -r[4] if cohort.higher_is_better else r[4]))
+    unit = f" ({cohort.unit})" if cohort.unit else ""
     head = (f"Retrain every H periods, H as long as the expected {cohort.metric} stays within {tolerance:g} "
-            f"{cohort.unit or 'points'} of a freshly trained model (F(0)):")
+            f"points{unit} of a freshly trained model (F(0)); baselines last:")
     return head + "\n" + table(["model", "family", "H", "fresh F(0)", "expected over H"], rows, d)
 
 
