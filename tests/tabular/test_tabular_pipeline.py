@@ -55,11 +55,18 @@ def test_adding_a_period_trains_only_the_new_units(tmp_path, caplog):
 
 
 def test_a_registered_tabular_model_predicts_a_frame(tmp_path, caplog):
-    from driftmatrix.tracking import configure, load_registered
+    """The registry version's files (the unit folder) rebuild the model without unpickling
+    (pyfunc packaging of tabular units is serving.py's, still to come)."""
+    import mlflow
+
+    from driftmatrix.checkpoints import load_model_folder
+    from driftmatrix.tracking import configure
 
     params, paths, _, _ = _stage(tmp_path, 4, caplog)
     configure(params.tracking)
-    model = load_registered("tinytab", "LightGBM", "2002")
+    version = MlflowClient(params.tracking.uri).get_model_version_by_alias("tinytab.LightGBM", "cutoff-2002")
+    folder = mlflow.artifacts.download_artifacts(version.source, dst_path=str(tmp_path / "dl"))
+    model = load_model_folder(folder)
     frame = pd.DataFrame({"age": [30.0, None], "income": [2e4, 3e4], "tenure": [1.0, 2.0], "usage": [5.0, 9.0],
                           "score": [1.0, -1.0], "region": ["north", "mars"], "channel": ["web", None],
                           "plan": ["pro", "basic"]})
