@@ -15,23 +15,7 @@ SHARED = REPO.parent / "shared"
 sys.path.insert(0, str(REPO / "src"))
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
 
-from driftmatrix.config import parse_params  # noqa: E402
-
-
-def make_tiny_params(tmp_path: Path, **overrides) -> "object":
-    """Params for a tiny synthetic run whose files all live under ``tmp_path``."""
-    raw = {
-        "dataset": {"name": "tiny", "source": "yearbook", "path": str(tmp_path / "raw"), "task": "binary"},
-        "synthetic": {"scenario": "fading-cue", "seed": 0, "first_year": 1950, "years": 4, "per_year": 40},
-        "slicing": {"min_samples": 10},
-        "train": {"seeds": [0, 1], "epochs": 1, "batch_size": 32},
-        "models": {"MLP-S": {}},
-        "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "tiny",
-                     "artifact_root": str(tmp_path / "mlruns"), "log_models": False},
-    }
-    for section, values in overrides.items():
-        raw[section] = {**raw.get(section, {}), **values} if isinstance(values, dict) and section != "models" else values
-    return parse_params(raw)
+from tinyparams import make_tiny_params  # noqa: E402  (tests import it from there too)
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ TEXT_MODELS = {"FFN-S": {}, "MiniLM-L6": {}}  # token-state body, frozen-encoder
 
 
 def image_params(root: Path, years: int = 3):
-    from conftest import make_tiny_params
+    from tinyparams import make_tiny_params
 
     return make_tiny_params(root, models=IMAGE_MODELS, synthetic={"years": years}, train={"seeds": [0, 1]},
                             tracking={"log_models": True, "register": True}, advisor={"horizons": [1, 2]})
