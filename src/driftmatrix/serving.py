@@ -11,10 +11,13 @@ Each unit's MLflow run holds its ``model`` artifact as an MLflow model folder::
 
 Nothing in it is a pickle, and loading unpickles nothing: MLflow runs ``pyfunc_model.py``, which
 builds :class:`UnitModel`; that rebuilds the network from ``model.json`` and reads the weights
-with safetensors. What a user has goes in: images as uint8 arrays (N, H, W, 3) for image
-models (file paths through :func:`read_images`), raw strings for text models (the model runs
-the encoder the embed stage ran, from the same local sources); class probabilities (or the
-regression value) come out as a DataFrame with one named column per class.
+with safetensors (a tabular unit: its skops parts with its trusted types, a LightGBM booster
+from its text, MLP-Tab's tensors; ``checkpoints.load_model_folder``). What a user has goes in:
+images as uint8 arrays (N, H, W, 3) for image models (file paths through :func:`read_images`),
+raw strings for text models (the model runs the encoder the embed stage ran, from the same
+local sources), a DataFrame of the raw feature columns for tabular models (numbers, categories
+as text, missing values as None / NaN); class probabilities (or the regression value) come out
+as a DataFrame with one named column per class.
 
 Writing a model with ``mlflow.pyfunc.save_model`` takes most of a second, so
 :class:`ModelFolders` saves it once per model (a template) and makes each unit's folder from
@@ -55,8 +58,8 @@ CODE_MODULE = "driftmatrix.pyfunc_model"
 CODE_FILE = "pyfunc_model.py"
 ARTIFACTS = {"weights": WEIGHTS, "description": DESCRIPTION, "record": RECORD}
 LOADER = "mlflow.pyfunc.loaders.code_model"
-#: Model inputs packaged as MLflow models (``models.registry.INPUTS``; ``table`` not yet).
-INPUT_KINDS = ("pixels", "token_states", "pooled", "none")
+#: Model inputs packaged as MLflow models (``models.registry.INPUTS``).
+INPUT_KINDS = ("pixels", "token_states", "pooled", "none", "table")
 log = logging.getLogger(__name__)
 #: What an image model's predict also accepts: file paths (a list, Series or one-column frame).
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
@@ -64,7 +67,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".ti
 
 # --- the model ------------------------------------------------------------------------------------
 class UnitModel(PythonModel):
-    """One trained unit: ``predict`` turns images or texts into class probabilities.
+    """One trained unit: ``predict`` turns images, texts or feature rows into class probabilities.
 
     ``context.model_config`` (the ``config`` of the MLmodel's pyfunc flavour, see
     :func:`serving_config`) says what the network reads (``inputs``), the output columns, the
@@ -136,8 +139,12 @@ class UnitModel(PythonModel):
     def predict(self, context, model_input, params=None) -> pd.DataFrame:
         from driftmatrix.training import predict as forward
 
-        inputs = self.inputs(model_input)
         columns = list(self.config["columns"])
+        if self.config.get("inputs") == "table":  # the tabular model maps the raw columns itself
+            frame = as_frame(model_input, self.config["numeric"], self.config["categorical"])
+            logits = self.network.predict_frame(frame) if len(frame) else np.zeros((0, len(columns)))
+            return pd.DataFrame(outputs_to_scores(logits, self.config["task"]), columns=columns)
+        inputs = self.inputs(model_input)
         if len(inputs) == 0:
             return pd.DataFrame({c: np.zeros(0) for c in columns})
         batch = int((params or {}).get("batch_size") or self.config.get("batch_size") or 256)
@@ -217,6 +224,21 @@ def as_texts(model_input) -> list[str]:
     return ["" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v) for v in list(np.ravel(data))]
 
 
+def as_frame(model_input, numeric: Sequence[str], categorical: Sequence[str]) -> pd.DataFrame:
+    """The feature columns of a tabular model's input (a DataFrame, a dict of columns or a list of
+    row dicts): numbers as float64 (NaN missing), categories as text (None missing); a feature the
+    input lacks is missing in every row, other columns are ignored."""
+    frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+    out = {}
+    for name in numeric:
+        out[name] = (pd.to_numeric(frame[name], errors="coerce").astype(np.float64) if name in frame
+                     else np.full(len(frame), np.nan))
+    for name in categorical:
+        values = frame[name].to_numpy(dtype=object) if name in frame else np.full(len(frame), None, dtype=object)
+        out[name] = [None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v) for v in values]
+    return pd.DataFrame(out, index=frame.index)
+
+
 # --- packaging ------------------------------------------------------------------------------------
 def output_columns(meta) -> list[str]:
     """One column per output: class names (binary, multiclass), categories (multilabel) or
@@ -236,7 +258,7 @@ def serving_config(params, exp, image_shape: Sequence[int] | None) -> dict[str, 
     from driftmatrix.features import cache, encoders
 
     spec, meta = exp.spec, exp.meta
-    modality = "image" if meta.input_kind == "image" else "text"
+    modality = meta.input_kind if meta.input_kind in ("image", "table") else "text"
     config: dict[str, Any] = {
         "format": MODEL_FORMAT, "dataset": exp.dataset, "model": spec.name, "family": spec.family,
         "task": meta.task, "inputs": spec.inputs, "modality": modality, "columns": output_columns(meta),
@@ -251,30 +273,44 @@ def serving_config(params, exp, image_shape: Sequence[int] | None) -> dict[str, 
                              "token_encoder": embed.token_encoder, "shard_size": embed.shard_size,
                              "device": "cpu", "progress": False},
                       features=cache.encoder_identity(spec.inputs, spec.encoder, embed))
+    if spec.inputs == "table":
+        config.update(numeric=[str(f) for f in meta.numeric], categorical=[str(f) for f in meta.categorical])
     return config
 
 
 def signature(config: Mapping[str, Any]):
-    """Inputs: a uint8 tensor (-1, H, W, 3) for image datasets, one string column for text ones;
-    outputs: one double column per class (or ``prediction``)."""
+    """Inputs: a uint8 tensor (-1, H, W, 3) for image datasets, one string column for text ones,
+    the feature columns for tabular models (numeric as double, categorical as string, each
+    optional: missing values allowed); outputs: one double column per class (or ``prediction``)."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, DataType, Schema, TensorSpec
 
     if config["modality"] == "image":
         h, w, c = config["image_shape"] or (-1, -1, 3)
         inputs = Schema([TensorSpec(np.dtype(np.uint8), (-1, h, w, c))])
+    elif config.get("inputs") == "table":
+        inputs = Schema([ColSpec(DataType.double, f, required=False) for f in config["numeric"]]
+                        + [ColSpec(DataType.string, f, required=False) for f in config["categorical"]])
     else:
         inputs = Schema([ColSpec(DataType.string)])
     return ModelSignature(inputs=inputs, outputs=Schema([ColSpec(DataType.double, c) for c in config["columns"]]))
 
 
 def input_example(config: Mapping[str, Any], slices_dir: str | Path | None):
-    """One image (the first of the slices, or zeros) or two texts of the slices."""
+    """One image (the first of the slices, or zeros), two texts or three feature rows of the slices."""
     from driftmatrix.slicing import load_slices
 
     rows = images = None
     if slices_dir is not None and (Path(slices_dir) / "rows.parquet").exists():
         rows, _, images = load_slices(slices_dir)
+    if config.get("inputs") == "table":
+        from driftmatrix.data.table import feature_column
+
+        names = [*config["numeric"], *config["categorical"]]
+        if rows is not None and len(rows) and all(feature_column(f) in rows.columns for f in names):
+            head = rows.head(3).rename(columns={feature_column(f): f for f in names})
+            return as_frame(head, config["numeric"], config["categorical"]).reset_index(drop=True)
+        return as_frame(pd.DataFrame(index=range(1)), config["numeric"], config["categorical"])
     if config["modality"] == "image":
         if images is not None and len(images):
             return np.ascontiguousarray(images[:1])
@@ -285,12 +321,14 @@ def input_example(config: Mapping[str, Any], slices_dir: str | Path | None):
     return ["an example document", "another one"]
 
 
-def requirements() -> list[str]:
+def requirements(config: Mapping[str, Any] | None = None) -> list[str]:
     """Pinned pip requirements of a model (the libraries its code imports; driftmatrix itself
     is this project's package, installed in the environment that loads it)."""
     from importlib import metadata
 
     names = ["mlflow", "torch", "safetensors", "numpy", "pandas", "pillow"]
+    if (config or {}).get("inputs") == "table":
+        names += ["scikit-learn", "skops", "lightgbm"]
     out = []
     for name in names:
         try:
@@ -313,7 +351,7 @@ def save_template(path: Path, unit_folder: Path, config: Mapping[str, Any], exam
         mlflow.pyfunc.save_model(
             str(path), python_model=str(code_file()),
             artifacts={name: str(unit_folder / file) for name, file in ARTIFACTS.items()},
-            signature=signature(config), input_example=example, pip_requirements=requirements(),
+            signature=signature(config), input_example=example, pip_requirements=requirements(config),
             model_config=dict(config))
 
 
@@ -412,12 +450,9 @@ class ModelFolders(Mapping):
     def __getitem__(self, key: str) -> Path:
         if key in self.made:
             return self.made[key]
-        if self.exp.spec.inputs not in INPUT_KINDS:  # not packaged yet (tabular): the unit folder as is
-            if not self.made:
-                log.warning("%s: %s inputs are not packaged as an MLflow model yet; logging the unit folder",
-                            self.exp.spec.name, self.exp.spec.inputs)
-            self.made[key] = Path(self.folders[key])
-            return self.made[key]
+        if self.exp.spec.inputs not in INPUT_KINDS:
+            raise ValueError(f"{self.exp.spec.name}: {self.exp.spec.inputs!r} inputs cannot be packaged as an "
+                             f"MLflow model")
         if self.tmp is None:
             raise RuntimeError("ModelFolders is used inside a `with` block")
         root = Path(self.tmp.name)
@@ -474,8 +509,9 @@ def _digest(path: Path) -> str:
 
 def load(uri: str, model_config: Mapping[str, Any] | None = None):
     """``mlflow.pyfunc.load_model`` of a driftmatrix model (``models:/...``, ``runs:/...`` or a
-    folder), after :func:`verify` has checked the downloaded folder. Its ``predict`` takes images
-    or texts and returns class probabilities; ``.unwrap_python_model().network`` is the torch module."""
+    folder), after :func:`verify` has checked the downloaded folder. Its ``predict`` takes images,
+    texts or feature rows and returns class probabilities; ``.unwrap_python_model().network`` is
+    the torch module (a tabular model: ``models.tabular.TabularModel``)."""
     import mlflow
 
     with tempfile.TemporaryDirectory(prefix="driftmatrix-load-") as tmp:

@@ -723,7 +723,8 @@ def log_rows(cfg: TrackingConfig, rows: Sequence[tuple[str, Mapping[str, float],
 def load_registered(dataset: str, model: str, cutoff: str, seed: int | None = None) -> Any:
     """The torch network registered as ``models:/<dataset>.<model>@cutoff-<label>[-seed-<s>]``:
     ``mlflow.pyfunc.load_model`` of the version (through ``serving.load``, which checks the folder
-    first; nothing is unpickled), unwrapped. ``serving.load(uri)`` gives the pyfunc model itself."""
+    first; nothing is unpickled), unwrapped (a tabular unit: its ``models.tabular.TabularModel``).
+    ``serving.load(uri)`` gives the pyfunc model itself."""
     from driftmatrix import serving
 
     uri = f"models:/{registered_name(dataset, model)}@{alias_for(cutoff, seed)}"

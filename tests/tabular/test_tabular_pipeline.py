@@ -54,21 +54,64 @@ def test_adding_a_period_trains_only_the_new_units(tmp_path, caplog):
     assert len(runs) == 5
 
 
-def test_a_registered_tabular_model_predicts_a_frame(tmp_path, caplog):
-    """The registry version's files (the unit folder) rebuild the model without unpickling
-    (pyfunc packaging of tabular units is serving.py's, still to come)."""
-    import mlflow
+def _is_pickle(data: bytes) -> bool:
+    """Whether ``data`` (or a member of a zip) parses as pickle opcodes up to STOP (nothing runs)."""
+    import io
+    import pickletools
+    import zipfile
 
-    from driftmatrix.checkpoints import load_model_folder
-    from driftmatrix.tracking import configure
+    if zipfile.is_zipfile(io.BytesIO(data)):
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            return any(_is_pickle(z.read(n)) for n in z.namelist())
+    try:
+        return any(op.name == "STOP" for op, _, _ in pickletools.genops(io.BytesIO(data)))
+    except Exception:  # noqa: BLE001 - not a pickle stream
+        return False
+
+
+def test_registered_tabular_versions_are_pyfunc_models_predicting_the_pipelines_probabilities(tmp_path, caplog):
+    """``mlflow.pyfunc.load_model`` by alias: a DataFrame of the raw feature columns in, the class
+    probabilities the evaluate stage computes out; a signature of the feature columns; no pickle."""
+    from pathlib import Path
+
+    import mlflow
+    import numpy as np
+
+    from driftmatrix import checkpoints, serving, tracking
+    from driftmatrix.data.table import DatasetMeta, feature_column
+    from driftmatrix.slicing import load_slices
 
     params, paths, _, _ = _stage(tmp_path, 4, caplog)
-    configure(params.tracking)
-    version = MlflowClient(params.tracking.uri).get_model_version_by_alias("tinytab.LightGBM", "cutoff-2002")
-    folder = mlflow.artifacts.download_artifacts(version.source, dst_path=str(tmp_path / "dl"))
-    model = load_model_folder(folder)
-    frame = pd.DataFrame({"age": [30.0, None], "income": [2e4, 3e4], "tenure": [1.0, 2.0], "usage": [5.0, 9.0],
-                          "score": [1.0, -1.0], "region": ["north", "mars"], "channel": ["web", None],
-                          "plan": ["pro", "basic"]})
-    out = model.predict_frame(frame)
-    assert out.shape == (2, 2) and model.unseen == 1
+    tracking.configure(params.tracking)
+    rows_df, manifest, _ = load_slices(paths.slices)
+    meta = DatasetMeta.from_dict(manifest["dataset"])
+    rows = np.flatnonzero(rows_df["slice"].to_numpy() == 3)[:40]  # the future of cutoff 2002
+    frame = rows_df.iloc[rows][[feature_column(f) for f in meta.features]]
+    frame = frame.rename(columns={feature_column(f): f for f in meta.features}).reset_index(drop=True)
+    assert frame.isna().to_numpy().any()  # missing values go in as they are
+    for model in ("LogReg", "LightGBM"):
+        pyfunc = mlflow.pyfunc.load_model(f"models:/tinytab.{model}@cutoff-2002")
+        got = pyfunc.predict(frame)
+        exp = training.Experiment(params, model, paths.slices, paths.features)
+        assert list(got.columns) == serving.output_columns(exp.meta) and len(got.columns) == 2
+        net = exp.load_unit(checkpoints.CheckpointStore(paths.checkpoints, model), exp.plan.unit(0, 2).key)
+        expected = serving.outputs_to_scores(training.predict(net, exp.inputs, rows=rows), exp.meta.task)
+        np.testing.assert_allclose(got.to_numpy(), expected, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-9)
+        sig = pyfunc.metadata.signature.inputs.to_dict()
+        assert [c["name"] for c in sig] == list(meta.features)
+        assert {c["name"]: c["type"] for c in sig} == {**{f: "double" for f in meta.numeric},
+                                                       **{f: "string" for f in meta.categorical}}
+        assert not any(c["required"] for c in sig)
+        assert pyfunc.metadata.saved_input_example_info is not None
+        odd = frame.head(2).copy()  # an unseen category and missing values in every kind of column
+        odd.loc[0, meta.categorical[0]] = "never-seen"
+        odd.loc[1, list(meta.features)] = None
+        assert pyfunc.predict(odd).shape == (2, 2)
+        folder = Path(mlflow.artifacts.download_artifacts(f"models:/tinytab.{model}@cutoff-2002",
+                                                          dst_path=str(tmp_path / model)))
+        files = [p for p in folder.rglob("*") if p.is_file()]
+        assert (folder / "MLmodel").is_file() and (folder / "artifacts" / "model.safetensors").is_file()
+        assert [str(p.relative_to(folder)) for p in files if _is_pickle(p.read_bytes())] == []
+        assert serving.verify(folder)["inputs"] == "table"
+    assert tracking.load_registered("tinytab", "LightGBM", "2002").kind == "LightGBM"
