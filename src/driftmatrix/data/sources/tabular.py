@@ -14,7 +14,8 @@ Options (``params.yaml: dataset.options`` or ``--option key=value``):
   ``wrong type`` naming the column; a declared column absent from a file is a one-line error;
 - ``label`` (required): the label column; for ``multilabel`` either several 0/1 columns or one
   column holding category names separated by ``label_sep`` (default space) or a JSON list;
-- ``task`` (required): binary | multiclass | multilabel | regression;
+- ``task``: binary | multiclass | multilabel | regression (the pipeline passes ``dataset.task``;
+  only a direct call of the reader names it);
 - ``classes``: class/category names in label order (default: sorted values found in the data;
   numerically sorted when all are numbers); a label outside a given set is dropped;
 - ``id``: column with a unique record id (default: ``file:line``); ``period``: year | half-year |
