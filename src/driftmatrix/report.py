@@ -74,7 +74,8 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
         (report_path.parent / "drift_vs_decay.json").write_text(json.dumps(decay, indent=2))
     report = html.run(matrices_dir, report_path, audit=audit, title=title or f"Drift matrices: {dataset}",
                       cohort=cohort, decay=decay,
-                      estimates=estimates if estimates is not None else matrices_dir.parent / "estimates")
+                      estimates=estimates if estimates is not None else matrices_dir.parent / "estimates",
+                      importance=matrices_dir.parent / "importance")
     log.info("report: %s (%d heatmaps)", report, len(plots))
     if params is not None:
         files = sorted(f for f in matrices_dir.iterdir() if f.suffix in (".json", ".csv"))

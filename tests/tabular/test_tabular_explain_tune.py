@@ -26,6 +26,11 @@ def test_importance_per_cutoff_on_held_out_rows(sliced, tmp_path):
     assert "HistGBT" in (tmp_path / "imp" / "report.html").read_text()
     assert np.isnan(np.array(json.loads((tmp_path / "imp" / "LightGBM.json").read_text())["values"],
                              dtype=float)).all()  # not trained: no importance
+    from driftmatrix.reporting.html import importance_section
+
+    anchor, title, body = importance_section(tmp_path / "imp")  # the main report's section
+    assert anchor == "importance" and body.count("<img") == len(list((tmp_path / "imp").glob("*.png"))) >= 2
+    assert importance_section(tmp_path / "nowhere") is None and importance_section(tmp_path) is None
 
 
 def test_held_out_rows_are_the_windows_test_splits():

@@ -154,8 +154,22 @@ def _sections(cohort, audit_href: str | None, dpi: int, decay=None) -> list[tupl
     return out
 
 
+def importance_section(folder: str | Path | None) -> tuple[str, str, str] | None:
+    """(anchor, title, html) of the tabular models' permutation importance per cutoff (the
+    importance stage's heatmaps, features x cutoffs), or None when it drew none."""
+    if folder is None or not Path(folder).is_dir():
+        return None
+    pngs = sorted(Path(folder).glob("*.png"))
+    if not pngs:
+        return None
+    note = ("<p class='note'>Score drop when one feature is shuffled, per training cutoff, on each cutoff's own "
+            "held-out rows: which features each model leans on, and how that moves as the world drifts.</p>")
+    return ("importance", "Feature importance per cutoff",
+            note + "".join(_img(p.read_bytes(), f"{p.stem} permutation importance") for p in pngs))
+
+
 def render(cohort, title: str | None = None, audit_href: str | None = None, dpi: int = 85, decay=None,
-           estimates: str | Path | None = None) -> str:
+           estimates: str | Path | None = None, importance: str | Path | None = None) -> str:
     """The whole report as one HTML string; ``decay``: the rows of
     :func:`driftmatrix.reporting.drift_decay.correlations` (None: no audit, no such section);
     ``estimates``: a folder of the estimates stage (its section when it holds a backtest)."""
@@ -175,6 +189,9 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
         extra = est_section.section(estimates)
         if extra is not None:
             sections.append(extra)
+    features = importance_section(importance)
+    if features is not None:
+        sections.append(features)
     nav = "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in sections)
     body = "".join(f'<section id="{a}"><h2>{html.escape(t)}</h2>{b}</section>' for a, t, b in sections)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
@@ -183,7 +200,8 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
 
 
 def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = None,
-        title: str | None = None, cohort=None, decay=None, estimates: str | Path | None = None) -> Path:
+        title: str | None = None, cohort=None, decay=None, estimates: str | Path | None = None,
+        importance: str | Path | None = None) -> Path:
     """Write the report of a folder of drift-matrix JSON (or of an already built cohort)."""
     from driftmatrix.analysis import matrixfile
     from driftmatrix.analysis.tables import Cohort
@@ -194,5 +212,6 @@ def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = No
     if audit and Path(audit).exists():
         href = os.path.relpath(Path(audit).resolve(), out.resolve().parent)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(cohort, title, href, decay=decay, estimates=estimates), encoding="utf-8")
+    out.write_text(render(cohort, title, href, decay=decay, estimates=estimates, importance=importance),
+                   encoding="utf-8")
     return out
