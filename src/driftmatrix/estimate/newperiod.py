@@ -86,11 +86,15 @@ def choose(summary: Mapping[str, Any] | None, shifted: bool) -> Choice:
 
 
 def unit_outputs(params: Params, model: str, ms: ModelScores, images: np.ndarray, checkpoints_dir: str | Path,
-                 manifest: Mapping[str, Any], source: str = "checkpoints") -> dict[tuple[int, int], np.ndarray]:
-    """(seed, cutoff index) -> the unit's outputs on the new rows."""
+                 manifest: Mapping[str, Any], source: str = "checkpoints",
+                 scores_dir: str | Path = "outputs/scores") -> dict[tuple[int, int], np.ndarray]:
+    """(seed, cutoff index) -> the unit's outputs on the new rows. With ``source="registry"`` no
+    checkpoint is read: the train stage's environment (the plan's keys, the threads) comes from its
+    copy beside the scores, so the registry and the scores are all it needs."""
     import torch
 
     from driftmatrix.checkpoints import CheckpointStore, load_model_folder
+    from driftmatrix.evaluation import ScoreStore
     from driftmatrix.features.inputs import PixelInputs, RowCountInputs
     from driftmatrix.models.registry import get
     from driftmatrix.provenance import Environment
@@ -104,12 +108,14 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, images: np.ndarray
         inputs = RowCountInputs(len(images))
     else:
         raise DataError(f"{model} reads {spec.inputs} inputs: `estimate --data` runs pixel models (and Prior) only")
-    recorded = CheckpointStore(checkpoints_dir, model).environment()
+    store = CheckpointStore(checkpoints_dir, model)
+    recorded = (ScoreStore(scores_dir, model) if source == "registry" else store).environment()
     if recorded is None:
-        raise DataError(f"{Path(checkpoints_dir) / model}: no checkpoints (run `driftmatrix train -m {model}`)")
+        raise DataError(f"{Path(scores_dir) / model}: no scores (run `driftmatrix evaluate -m {model}`)"
+                        if source == "registry" else
+                        f"{Path(checkpoints_dir) / model}: no checkpoints (run `driftmatrix train -m {model}`)")
     env = Environment.from_dict(recorded)
     plan = model_plan(params, model, manifest, env)
-    store = CheckpointStore(checkpoints_dir, model)
     torch.set_num_threads(max(1, env.threads or 1))
     out = {}
     for unit in plan.units:
@@ -205,7 +211,7 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
             log.warning("estimate: %s has no scores; skipped", model)
             continue
         try:
-            outputs = unit_outputs(params, model, ms, images, checkpoints_dir, manifest, source)
+            outputs = unit_outputs(params, model, ms, images, checkpoints_dir, manifest, source, scores_dir)
         except DataError as exc:
             log.warning("estimate: %s", exc)
             continue
