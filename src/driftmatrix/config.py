@@ -104,6 +104,7 @@ class EstimateConfig:
     alert_drop: float = field(default=5.0, metadata=NON_NEGATIVE)  # points below M[i, i] that flag `retrain`
     label_shift: float = field(default=0.1, metadata=_bound(lambda v: 0 <= v <= 1, "a value in [0, 1]"))
     min_ess: float = field(default=30.0, metadata=NON_NEGATIVE)  # IW weights' effective sample size below: flagged
+    cap_slack: float = field(default=1.0, metadata=NON_NEGATIVE)  # class-balance cap: standard errors of the label shares
 
 
 def estimate_config(params: "Params") -> EstimateConfig:

@@ -156,3 +156,6 @@ def test_the_class_balance_cap_bounds_a_confident_model_that_collapses_onto_one_
     # predictions spread as the labels are (equal recalls): the cap does not bind
     even = stats(*class_conditional(rng, (rng.random(4000) < 0.5).astype(int), recall=(0.8, 0.8)))
     assert methods.class_balance_cap(source, even.unlabelled()) > 99
+    # the slack (estimate.cap_slack) moves the cap by that many standard errors of the label share
+    loose = methods.estimate_all(95.0, np.full((1, 2, 2), 95.0), 1, source, target.unlabelled(), cap_slack=3.0)
+    assert loose["AC+cap"].value == pytest.approx(cap + 2 * 100 * np.sqrt(0.25 / 4000), abs=0.05)

@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from driftmatrix.estimate.cells import CellStats, pooled
-from driftmatrix.estimate.methods import METHODS, Estimate, estimate_all, total_variation
+from driftmatrix.estimate.methods import CAP_SLACK, METHODS, Estimate, estimate_all, total_variation
 
 
 @dataclass(frozen=True)
@@ -54,25 +54,26 @@ def held_out(known: ModelScores, s: int, i: int) -> CellStats | None:
 
 
 def estimate_from_history(known: ModelScores, s: int, i: int, lag: int, target: CellStats | None,
-                          min_ess: float = 30.0, methods=METHODS, shift_threshold: float = 0.1) -> dict[str, Estimate]:
+                          min_ess: float = 30.0, methods=METHODS, shift_threshold: float = 0.1,
+                          cap_slack: float = CAP_SLACK) -> dict[str, Estimate]:
     """Every method's estimate for the seed-s model of cutoff i on a period ``lag`` periods after
     i, from ``known`` (cells known now) and the period's unlabelled statistics ``target``."""
     confidence = known.metric == "accuracy"
     bounded = (0.0, 100.0) if known.metric in ("accuracy", "macro_auc") else None
     return estimate_all(float(known.values[s, i, i]), known.values, lag, held_out(known, s, i) if confidence else None,
                         target if confidence else None, known.higher_is_better, min_ess, methods, bounded,
-                        shift_threshold)
+                        shift_threshold, cap_slack)
 
 
 def estimate_cell(ms: ModelScores, s: int, i: int, j: int, min_ess: float = 30.0,
-                  methods=METHODS, shift_threshold: float = 0.1) -> dict[str, Estimate]:
+                  methods=METHODS, shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK) -> dict[str, Estimate]:
     """Cell (i, j > i) of seed s estimated as at cutoff i: the history up to i, and period j's
     statistics with their labels removed."""
     if j <= i:
         raise ValueError(f"cell ({i}, {j}) is not in the future of cutoff {i}")
     target = ms.stats[s][i][j]
     return estimate_from_history(history(ms, i), s, i, j - i, None if target is None else target.unlabelled(),
-                                 min_ess, methods, shift_threshold)
+                                 min_ess, methods, shift_threshold, cap_slack)
 
 
 def binomial_noise(p: float, n: int) -> float:
@@ -111,7 +112,8 @@ class Backtest:
         return np.abs(self.estimates[method] - self.truth)
 
 
-def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, methods=METHODS) -> Backtest:
+def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, methods=METHODS,
+        cap_slack: float = CAP_SLACK) -> Backtest:
     """Estimate every future cell of every seed and summarise (:func:`summarize`)."""
     S, K = ms.values.shape[0], ms.K
     blank = lambda: np.full((S, K, K), np.nan)  # noqa: E731
@@ -124,7 +126,7 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
             for j in range(i + 1, K):
                 if not np.isfinite(ms.values[s, i, j]):
                     continue
-                for name, e in estimate_cell(ms, s, i, j, min_ess, methods, shift_threshold).items():
+                for name, e in estimate_cell(ms, s, i, j, min_ess, methods, shift_threshold, cap_slack).items():
                     est[name][s, i, j] = e.value
                     if e.lo is not None:
                         lo[name][s, i, j], hi[name][s, i, j] = e.lo, e.hi
@@ -140,7 +142,7 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
                     p = source.label_counts / max(source.n, 1)
                     shift[s, i, j] = total_variation(p, target.label_counts / max(target.n, 1))
     bt = Backtest(ms.model, ms.values, est, lo, hi, noise, shift, est_shift, low_ess)
-    bt.summary = summarize(bt, ms, shift_threshold)
+    bt.summary = {**summarize(bt, ms, shift_threshold), "cap_slack": cap_slack}
     return bt
 
 

@@ -38,7 +38,9 @@ CAPPED = ("carry-forward", "trend", "AC", "DoC", "ATC", "IW")
 METHODS = BASE_METHODS + tuple(f"{m}+cap" for m in CAPPED)
 #: Methods that need the model's outputs on the new period (classification, accuracy).
 CONFIDENCE_METHODS = ("AC", "DoC", "ATC", "IW", "BBSE") + tuple(f"{m}+cap" for m in CAPPED)
-#: One standard error of the new period's label shares: the slack of the class-balance cap.
+#: Slack of the class-balance cap, in standard errors of the new period's label shares
+#: (``estimate.cap_slack``): chosen on a second draw of the built-in data, not on the default's
+#: backtest (``bench/cap_slack.py``, docs/estimates.md).
 CAP_SLACK = 1.0
 #: Methods that read nothing but the drift matrix (any metric).
 MATRIX_METHODS = ("carry-forward", "trend")
@@ -261,7 +263,7 @@ def class_balance_cap(source: CellStats, target: CellStats, slack: float = CAP_S
 def estimate_all(m_ii: float, known: np.ndarray, lag: int, source: CellStats | None,
                  target: CellStats | None, higher_is_better: bool = True, min_ess: float = 30.0,
                  methods=METHODS, value_range: tuple[float, float] | None = None,
-                 shift_threshold: float = 0.1) -> dict[str, Estimate]:
+                 shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK) -> dict[str, Estimate]:
     """Every method that applies: the matrix methods always, the confidence methods where the
     held-out rows (labelled) and the period's rows (labels withheld) have statistics.
     ``value_range``: the metric's range (accuracy: 0..100), where trend's estimate is clipped."""
@@ -284,7 +286,7 @@ def estimate_all(m_ii: float, known: np.ndarray, lag: int, source: CellStats | N
         if name in methods:
             out[name] = fn()
     if any(f"{m}+cap" in methods for m in CAPPED):
-        cap = class_balance_cap(source, target)
+        cap = class_balance_cap(source, target, cap_slack)
         for m in CAPPED:
             if f"{m}+cap" in methods and m in out:
                 e = clipped(out[m], 0.0, cap)

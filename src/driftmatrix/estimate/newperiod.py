@@ -25,7 +25,7 @@ import numpy as np
 from driftmatrix.config import Params, estimate_config
 from driftmatrix.data.table import DataError
 from driftmatrix.estimate.backtest import ModelScores, estimate_from_history
-from driftmatrix.estimate.methods import CONFIDENCE_METHODS, METHODS
+from driftmatrix.estimate.methods import CAP_SLACK, CONFIDENCE_METHODS, METHODS
 
 log = logging.getLogger(__name__)
 
@@ -141,7 +141,8 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, images: np.ndarray
 
 def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray], task: str, ahead: int,
                    summary: Mapping[str, Any] | None, alert_drop: float, shift_threshold: float,
-                   min_ess: float, cutoffs: Sequence[int] | None = None) -> list[dict[str, Any]]:
+                   min_ess: float, cutoffs: Sequence[int] | None = None,
+                   cap_slack: float = CAP_SLACK) -> list[dict[str, Any]]:
     """One record per cutoff (seeds averaged): every method's estimate, the in-distribution score,
     the trusted method, its drop and the retrain flag (pure but for the statistics it computes)."""
     from driftmatrix.estimate.cells import from_doc
@@ -155,7 +156,8 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
             if (s, i) not in outputs or not np.isfinite(ms.values[s, i, i]):
                 continue
             target = from_doc(forward_stats(outputs[s, i], None, task))
-            est = estimate_from_history(ms, s, i, K - 1 - i + ahead, target, min_ess, shift_threshold=shift_threshold)
+            est = estimate_from_history(ms, s, i, K - 1 - i + ahead, target, min_ess, shift_threshold=shift_threshold,
+                                        cap_slack=cap_slack)
             per_seed.append((ms.values[s, i, i], est))
             if "BBSE" in est:
                 shifts.append((est["BBSE"].flags["label_shift_tv"], est["BBSE"].flags["label_shift"]))
@@ -216,7 +218,8 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
             log.warning("estimate: %s", exc)
             continue
         records += estimate_model(ms, outputs, meta.task, ahead, backtests.get(model), cfg.alert_drop,
-                                  cfg.label_shift, cfg.min_ess, [ms.K - 1] if latest else None)
+                                  cfg.label_shift, cfg.min_ess, [ms.K - 1] if latest else None,
+                                  cfg.cap_slack)
     if not records:
         raise DataError(f"no model of {list(params.models)} could be estimated on {data} (see the warnings above)")
     if out is not None:

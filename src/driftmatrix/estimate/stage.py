@@ -200,7 +200,7 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
         if ms is None:
             log.warning("estimates: no scored cells for %s; left out", name)
             continue
-        bt = backtest.run(ms, min_ess=cfg.min_ess, shift_threshold=cfg.label_shift)
+        bt = backtest.run(ms, min_ess=cfg.min_ess, shift_threshold=cfg.label_shift, cap_slack=cfg.cap_slack)
         summaries[name] = bt.summary
         path = out_dir / f"{name}.json"
         path.write_text(json.dumps(model_doc(ms, bt)))
