@@ -36,17 +36,39 @@ def eval_mask(slice_ids: np.ndarray, split: np.ndarray, cutoff: int, j: int) -> 
 
 
 def score_cell(outputs: np.ndarray, targets: np.ndarray, task: str,
-               categories: tuple[str, ...] = ()) -> dict[str, Any]:
+               categories: tuple[str, ...] = (), per_row: bool = False) -> dict[str, Any]:
     """One cell from the outputs on its evaluation rows (pure): value (None if empty), n, left out,
-    and (classification) the fixed-size forward-pass statistics of :func:`forward_stats`."""
+    and (classification) the fixed-size forward-pass statistics of :func:`forward_stats`, with
+    ``per_row`` also each row's correctness (:func:`row_correctness`: the held-out cells j <= i,
+    which input-space importance weighting reweights row by row)."""
     from driftmatrix.tasks import cell_score
 
     value, left = cell_score(task, outputs, targets, categories)
     cell = {"value": None if np.isnan(value) else value, "n_eval": int(len(targets)), "left_out": left}
     stats = forward_stats(outputs, targets, task)
     if stats is not None:
-        cell["stats"] = stats
+        cell["stats"] = {**stats, **row_correctness(outputs, targets)} if per_row else stats
     return cell
+
+
+def row_correctness(outputs: np.ndarray, targets: np.ndarray) -> dict[str, Any]:
+    """Whether each row's predicted class is its label, in the cell's row order (classification):
+    ``right_bits``, base64 of ``np.packbits``, and ``right_n``, the row count (1 bit a row: 8
+    bytes for 60 rows, 12.5 KB for 100,000)."""
+    import base64
+
+    right = np.asarray(outputs).argmax(axis=1) == np.asarray(targets, dtype=np.int64)
+    return {"right_bits": base64.b64encode(np.packbits(right)).decode("ascii"), "right_n": int(len(right))}
+
+
+def decode_correctness(stats: Mapping[str, Any]) -> np.ndarray | None:
+    """The bool array :func:`row_correctness` stored (None when the cell has none)."""
+    import base64
+
+    if "right_bits" not in stats:
+        return None
+    bits = np.frombuffer(base64.b64decode(stats["right_bits"]), dtype=np.uint8)
+    return np.unpackbits(bits, count=int(stats["right_n"])).astype(bool)
 
 
 #: Confidence bins of :func:`forward_stats`: x = -log10(1 - max probability) in steps of
@@ -194,7 +216,8 @@ def score_task(exp, item: tuple[Unit, list[Cell], str]) -> dict[str, dict[str, A
         outputs = predict(model, exp.inputs, precision=exp.cfg.precision,
                           batches=exp.eval_batches.get(cell.j, cell.evalset, rows))
         out[cell.key] = {"slice": cell.label, "j": cell.j, "evalset": cell.evalset,
-                         **score_cell(outputs, exp.targets_np[rows], exp.meta.task, categories)}
+                         **score_cell(outputs, exp.targets_np[rows], exp.meta.task, categories,
+                                     per_row=cell.evalset == "test")}
     return out
 
 

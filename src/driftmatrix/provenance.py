@@ -38,7 +38,9 @@ SCORE_CODE = ("driftmatrix.evaluation", "driftmatrix.tasks")
 #: Modules that read cached encoder features, for models with an encoder.
 ENCODER_CODE = ("driftmatrix.features.cache", "driftmatrix.features.encoders")
 #: Bump when a stored cell's format or meaning changes.
-SCORE_FORMAT = 2  # 2: cells carry forward-pass statistics (evaluation.forward_stats)
+#: 2: cells carry forward-pass statistics (evaluation.forward_stats); 3: held-out cells (j <= i)
+#: also carry each row's correctness (evaluation.row_correctness), for input-space IW.
+SCORE_FORMAT = 3
 #: Libraries whose versions change a unit's numbers.
 NUMERIC_LIBRARIES = ("torch", "numpy")
 

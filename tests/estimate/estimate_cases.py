@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from driftmatrix.estimate.cells import from_doc
-from driftmatrix.evaluation import forward_stats
+from driftmatrix.evaluation import forward_stats, row_correctness
 
 
 def logits_for(pred: np.ndarray, conf: np.ndarray, n_classes: int = 2) -> np.ndarray:
@@ -33,5 +33,7 @@ def class_conditional(rng, y: np.ndarray, recall=(0.9, 0.7)):
     return logits_for(pred, conf), y
 
 
-def stats(logits, targets):
-    return from_doc(forward_stats(logits, targets, "binary"))
+def stats(logits, targets, per_row: bool = False):
+    """A labelled cell's statistics; ``per_row``: with each row's correctness (a held-out cell)."""
+    doc = forward_stats(logits, targets, "binary")
+    return from_doc({**doc, **row_correctness(logits, targets)} if per_row else doc)

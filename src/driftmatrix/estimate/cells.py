@@ -8,13 +8,16 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from driftmatrix.evaluation import CONF_BINS
+from driftmatrix.evaluation import CONF_BINS, decode_correctness
 
 
 @dataclass(frozen=True)
 class CellStats:
-    """One cell's (or several pooled cells') statistics. ``correct`` and ``confusion`` use the
-    labels and are None in an unlabelled view."""
+    """One cell's (or several pooled cells') statistics. ``correct``, ``confusion`` and ``right``
+    use the labels and are None in an unlabelled view. ``right``: each row's correctness in the
+    cell's row order (held-out cells of score format 3); pooled cells concatenate it in the order
+    they are added (:func:`pooled`: the window's slices in order), and it is None as soon as one of
+    them lacks it."""
 
     counts: np.ndarray  # (C, B) rows per (predicted class, confidence bin)
     pred: np.ndarray  # (C,) rows predicted as each class
@@ -23,6 +26,7 @@ class CellStats:
     prob_sum: np.ndarray  # (C,) sum of each class's probability
     correct: np.ndarray | None = None  # (C, B) correct rows per bin
     confusion: np.ndarray | None = None  # (C, C) true x predicted
+    right: np.ndarray | None = None  # (n,) bool: row r predicted its label
 
     @property
     def n(self) -> int:
@@ -55,14 +59,16 @@ class CellStats:
         return self.confusion.sum(axis=1)
 
     def unlabelled(self) -> "CellStats":
-        return replace(self, correct=None, confusion=None)
+        return replace(self, correct=None, confusion=None, right=None)
 
     def __add__(self, other: "CellStats") -> "CellStats":
         both = self.labelled and other.labelled
+        rows = self.right is not None and other.right is not None
         return CellStats(self.counts + other.counts, self.pred + other.pred, self.conf_sum + other.conf_sum,
                          self.conf_var + other.conf_var, self.prob_sum + other.prob_sum,
                          self.correct + other.correct if both else None,
-                         self.confusion + other.confusion if both else None)
+                         self.confusion + other.confusion if both else None,
+                         np.concatenate([self.right, other.right]) if rows else None)
 
 
 def from_doc(stats: Mapping[str, Any] | None) -> CellStats | None:
@@ -76,11 +82,12 @@ def from_doc(stats: Mapping[str, Any] | None) -> CellStats | None:
     confusion = np.asarray(stats["confusion"], dtype=float) if "confusion" in stats else None
     return CellStats(counts, np.asarray(stats["pred"], dtype=float), float(stats["conf_sum"]),
                      float(stats["conf_var"]), np.asarray(stats["prob_sum"], dtype=float),
-                     correct if confusion is not None else None, confusion)
+                     correct if confusion is not None else None, confusion,
+                     decode_correctness(stats) if confusion is not None else None)
 
 
 def pooled(cells: Iterable[CellStats | None]) -> CellStats | None:
-    """Sum of the cells that have statistics (None when none has)."""
+    """Sum of the cells that have statistics (None when none has), their rows in this order."""
     out = None
     for c in cells:
         if c is not None and c.n > 0:
