@@ -9,29 +9,38 @@ import pytest
 from driftmatrix.estimate import backtest
 from driftmatrix.estimate.backtest import ModelScores, estimate_cell
 from driftmatrix.estimate.cells import CellStats
+from driftmatrix.estimate.domain import SliceInputs
 from estimate_cases import calibrated, stats
 
 S, K = 2, 6
 
 
+def slice_inputs(rng) -> SliceInputs:
+    """Slices of 120 rows (40 of them test rows) whose 3 input features drift by 0.3 a period."""
+    test = np.zeros(120, dtype=bool)
+    test[rng.choice(120, 40, replace=False)] = True
+    return SliceInputs([rng.normal(0.3 * k, 1.0, (120, 3)) for k in range(K)], [test.copy() for _ in range(K)])
+
+
 def scores(rng) -> ModelScores:
-    """A model whose confidence falls and whose accuracy follows it, with every cell labelled."""
+    """A model whose confidence falls and whose accuracy follows it, with every cell labelled and
+    the held-out cells (j <= i) with their rows' correctness."""
     values, n_eval = np.zeros((S, K, K)), np.zeros((S, K, K))
     cells = [[[None] * K for _ in range(K)] for _ in range(S)]
     for s in range(S):
         for i in range(K):
             for j in range(K):
                 low = max(0.5, 0.9 - 0.05 * max(j - i, 0))
-                c = stats(*calibrated(rng, 40 if j <= i else 120, low - 0.1, low + 0.1))
+                c = stats(*calibrated(rng, 40 if j <= i else 120, low - 0.1, low + 0.1), per_row=j <= i)
                 cells[s][i][j], values[s, i, j], n_eval[s, i, j] = c, 100 * c.accuracy, c.n
     return ModelScores("M", [str(1950 + k) for k in range(K)], [0, 1], values, n_eval, cells,
-                       [tuple(range(i + 1)) for i in range(K)])
+                       [tuple(range(i + 1)) for i in range(K)], inputs=slice_inputs(rng))
 
 
 def garbage(rng, cell: CellStats, labels_only: bool = False) -> CellStats:
     """Same shapes, other numbers: the labels only, or everything."""
     bad = dict(correct=rng.integers(0, 50, cell.counts.shape).astype(float),
-               confusion=rng.integers(0, 50, (2, 2)).astype(float))
+               confusion=rng.integers(0, 50, (2, 2)).astype(float), right=rng.random(cell.n) < 0.5)
     if labels_only:
         return replace(cell, **bad)
     return CellStats(rng.integers(0, 50, cell.counts.shape).astype(float), rng.integers(1, 50, 2).astype(float),
@@ -51,7 +60,11 @@ def test_an_estimate_of_m_ij_reads_no_label_of_period_j_and_nothing_after_cutoff
                 cells = [[[c if (r <= i and col <= i) else garbage(rng, c) for col, c in enumerate(row)]
                           for r, row in enumerate(seed)] for seed in ms.stats]
                 cells[s][i][j] = garbage(rng, ms.stats[s][i][j], labels_only=True)  # its inputs stay, labels go
-                poisoned = replace(ms, values=poisoned_values, n_eval=ms.n_eval * 0 - 1, stats=cells)
+                # inputs: slices 0..i (the held-out rows) and period j stay, every other slice goes
+                xs = [x if (k <= i or k == j) else rng.normal(50, 9, x.shape) for k, x in enumerate(ms.inputs.x)]
+                tests = [t if k <= i else ~t for k, t in enumerate(ms.inputs.test)]
+                poisoned = replace(ms, values=poisoned_values, n_eval=ms.n_eval * 0 - 1, stats=cells,
+                                   inputs=SliceInputs(xs, tests))
                 got = estimate_cell(poisoned, s, i, j)
                 assert set(got) == set(clean) == set(backtest.METHODS)
                 for name in clean:
@@ -67,6 +80,12 @@ def test_the_estimates_see_the_period_they_estimate():
     other[1][4] = stats(*calibrated(rng, 120, 0.95, 1.0))
     b = estimate_cell(replace(ms, stats=[other, ms.stats[1]]), 0, 1, 4)
     assert a["AC"] != b["AC"] and a["carry-forward"] == b["carry-forward"] and a["trend"] == b["trend"]
+    # IW-inputs reads period j's inputs (and not its outputs): other inputs, another estimate
+    assert a["IW-inputs"] == b["IW-inputs"]
+    xs = list(ms.inputs.x)
+    xs[4] = xs[4] + np.array([2.0, -1.0, 0.5])
+    c = estimate_cell(replace(ms, inputs=SliceInputs(xs, ms.inputs.test)), 0, 1, 4)
+    assert c["IW-inputs"] != a["IW-inputs"] and c["AC"] == a["AC"]
 
 
 def test_a_cell_in_the_past_cannot_be_estimated():

@@ -97,6 +97,7 @@ def test_estimate_command_on_a_folder_without_labels(finished, monkeypatch):
     for r in records:
         assert r["lag"] == 4 - r["cutoff_index"] and r["trusted"] in r["estimates"] and r["seeds"] == 2
         assert r["retrain"] == (r["drop"] > 5.0)
+        assert "IW-inputs" in r["estimates"] and r["iw_inputs_ess"] > 0  # held-out rows vs the new images
         assert r["drop"] == pytest.approx(r["in_distribution"] - r["estimates"][r["trusted"]], abs=1e-2)
     assert (out / "estimates.csv").read_text().startswith("model,cutoff,method,estimate,drop")
 

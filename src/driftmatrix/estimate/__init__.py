@@ -3,7 +3,9 @@
 - :mod:`~driftmatrix.estimate.cells`: the forward-pass statistics the evaluate stage keeps per
   cell (``evaluation.forward_stats``), pooled and stripped of their labels;
 - :mod:`~driftmatrix.estimate.methods`: the estimators, pure functions over arrays (carry-forward,
-  trend, AC, DoC, ATC, IW, BBSE) and the black-box label-shift estimate;
+  trend, AC, DoC, ATC, IW, IW-inputs, BBSE) and the black-box label-shift estimate;
+- :mod:`~driftmatrix.estimate.domain`: per-slice input features and the input-space domain
+  classifier's importance weights (``IW-inputs``);
 - :mod:`~driftmatrix.estimate.backtest`: every future cell M[i, j > i] of a drift matrix estimated
   from what was known at cutoff i, against its true value (pure);
 - :mod:`~driftmatrix.estimate.stage`: the ``estimates`` DVC stage (files, metrics, MLflow);

@@ -4,6 +4,8 @@ Each future cell M[i, j > i] of a model's seed-level matrices is estimated as it
 at cutoff i: from :func:`history` (the cells of rows and columns up to i, every seed) and the
 period's statistics without labels, then compared with its true value. :func:`estimate_cell` is
 the only place that decides what an estimate may see, and tests/estimate poison everything else.
+``IW-inputs`` also sees inputs: those of the held-out rows of the unit's window (slices up to i)
+and those of period j (:class:`driftmatrix.estimate.domain.SliceInputs`), never their labels.
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from driftmatrix.estimate.cells import CellStats, pooled
+from driftmatrix.estimate.domain import SliceInputs, WeightCache
 from driftmatrix.estimate.methods import CAP_SLACK, METHODS, Estimate, estimate_all, total_variation
 
 
 @dataclass(frozen=True)
 class ModelScores:
     """One model's seed-level cells: values and rows scored (S, K, K), per-cell statistics
-    ``stats[s][i][j]`` (None where a cell has none) and each cutoff's training window."""
+    ``stats[s][i][j]`` (None where a cell has none), each cutoff's training window and, where the
+    dataset has them, every slice's input features (``inputs``, for ``IW-inputs``)."""
 
     model: str
     slices: Sequence[str]
@@ -33,6 +37,7 @@ class ModelScores:
     higher_is_better: bool = True
     metric: str = "accuracy"
     family: str | None = None
+    inputs: SliceInputs | None = None
 
     @property
     def K(self) -> int:
@@ -45,7 +50,8 @@ def history(ms: ModelScores, i: int) -> ModelScores:
     k = i + 1
     return replace(ms, slices=list(ms.slices[:k]), values=ms.values[:, :k, :k].copy(),
                    n_eval=ms.n_eval[:, :k, :k].copy(),
-                   stats=[[list(row[:k]) for row in seed[:k]] for seed in ms.stats], windows=list(ms.windows[:k]))
+                   stats=[[list(row[:k]) for row in seed[:k]] for seed in ms.stats], windows=list(ms.windows[:k]),
+                   inputs=None if ms.inputs is None else ms.inputs.upto(i))
 
 
 def held_out(known: ModelScores, s: int, i: int) -> CellStats | None:
@@ -53,27 +59,46 @@ def held_out(known: ModelScores, s: int, i: int) -> CellStats | None:
     return pooled(known.stats[s][i][c] for c in known.windows[i] if c < known.K)
 
 
+def held_out_weights(known: ModelScores, i: int, target_x: np.ndarray | None, period,
+                     cache: WeightCache | None = None) -> np.ndarray | None:
+    """Importance weights of the held-out rows of cutoff i's window (their order in
+    :func:`held_out`) towards the inputs ``target_x`` of ``period``, from an input-space domain
+    classifier (``domain.domain_weights``); None without inputs."""
+    if known.inputs is None or target_x is None or len(target_x) == 0:
+        return None
+    source_x = known.inputs.held_out(known.windows[i])
+    if len(source_x) == 0:
+        return None
+    return (cache if cache is not None else WeightCache()).get(known.windows[i], period, source_x, target_x)[0]
+
+
 def estimate_from_history(known: ModelScores, s: int, i: int, lag: int, target: CellStats | None,
                           min_ess: float = 30.0, methods=METHODS, shift_threshold: float = 0.1,
-                          cap_slack: float = CAP_SLACK) -> dict[str, Estimate]:
+                          cap_slack: float = CAP_SLACK, target_x: np.ndarray | None = None, period="new",
+                          cache: WeightCache | None = None) -> dict[str, Estimate]:
     """Every method's estimate for the seed-s model of cutoff i on a period ``lag`` periods after
-    i, from ``known`` (cells known now) and the period's unlabelled statistics ``target``."""
+    i, from ``known`` (cells and inputs known now), the period's unlabelled statistics ``target``
+    and its inputs' features ``target_x`` (``period`` names it in ``cache``)."""
     confidence = known.metric == "accuracy"
     bounded = (0.0, 100.0) if known.metric in ("accuracy", "macro_auc") else None
+    weights = held_out_weights(known, i, target_x, period, cache) if confidence and "IW-inputs" in methods else None
     return estimate_all(float(known.values[s, i, i]), known.values, lag, held_out(known, s, i) if confidence else None,
                         target if confidence else None, known.higher_is_better, min_ess, methods, bounded,
-                        shift_threshold, cap_slack)
+                        shift_threshold, cap_slack, weights)
 
 
 def estimate_cell(ms: ModelScores, s: int, i: int, j: int, min_ess: float = 30.0,
-                  methods=METHODS, shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK) -> dict[str, Estimate]:
+                  methods=METHODS, shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK,
+                  cache: WeightCache | None = None) -> dict[str, Estimate]:
     """Cell (i, j > i) of seed s estimated as at cutoff i: the history up to i, and period j's
-    statistics with their labels removed."""
+    statistics with their labels removed and its rows' input features (``cache``: domain
+    weights already computed for this dataset's inputs, keyed by window and j)."""
     if j <= i:
         raise ValueError(f"cell ({i}, {j}) is not in the future of cutoff {i}")
     target = ms.stats[s][i][j]
+    target_x = None if ms.inputs is None or j >= len(ms.inputs.x) else ms.inputs.x[j]
     return estimate_from_history(history(ms, i), s, i, j - i, None if target is None else target.unlabelled(),
-                                 min_ess, methods, shift_threshold, cap_slack)
+                                 min_ess, methods, shift_threshold, cap_slack, target_x, j, cache)
 
 
 def binomial_noise(p: float, n: int) -> float:
@@ -105,20 +130,27 @@ class Backtest:
     noise: np.ndarray  # per-cell binomial noise (accuracy only; NaN otherwise)
     label_shift: np.ndarray  # measured TV between the cell's labels and the held-out labels
     estimated_shift: np.ndarray  # BBSE's TV from predictions only where it is flagged (else 0)
-    low_ess: np.ndarray  # IW's low-ESS flag per cell
+    low_ess: dict[str, np.ndarray]  # per IW method, its low-ESS flag per cell
     summary: dict[str, Any] = field(default_factory=dict)
 
     def error(self, method: str) -> np.ndarray:
         return np.abs(self.estimates[method] - self.truth)
 
 
+#: Methods whose weights have an effective sample size (``low_ess`` flag).
+ESS_METHODS = ("IW", "IW-inputs")
+
+
 def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, methods=METHODS,
-        cap_slack: float = CAP_SLACK) -> Backtest:
-    """Estimate every future cell of every seed and summarise (:func:`summarize`)."""
+        cap_slack: float = CAP_SLACK, cache: WeightCache | None = None) -> Backtest:
+    """Estimate every future cell of every seed and summarise (:func:`summarize`). ``cache``:
+    domain weights shared with other models of the same inputs (default: this run's own)."""
     S, K = ms.values.shape[0], ms.K
     blank = lambda: np.full((S, K, K), np.nan)  # noqa: E731
     est, lo, hi = ({m: blank() for m in methods} for _ in range(3))
-    noise, shift, est_shift, low_ess = blank(), blank(), blank(), blank()
+    noise, shift, est_shift = blank(), blank(), blank()
+    low_ess = {m: blank() for m in ESS_METHODS}
+    cache = cache if cache is not None else WeightCache()
     for s in range(S):
         for i in range(K):
             if not np.isfinite(ms.values[s, i, i]):
@@ -126,14 +158,15 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
             for j in range(i + 1, K):
                 if not np.isfinite(ms.values[s, i, j]):
                     continue
-                for name, e in estimate_cell(ms, s, i, j, min_ess, methods, shift_threshold, cap_slack).items():
+                for name, e in estimate_cell(ms, s, i, j, min_ess, methods, shift_threshold, cap_slack,
+                                             cache).items():
                     est[name][s, i, j] = e.value
                     if e.lo is not None:
                         lo[name][s, i, j], hi[name][s, i, j] = e.lo, e.hi
                     if name == "BBSE":
                         est_shift[s, i, j] = e.flags["label_shift_tv"] if e.flags["label_shift"] else 0.0
-                    if name == "IW":
-                        low_ess[s, i, j] = float(e.flags["low_ess"])
+                    if name in low_ess:
+                        low_ess[name][s, i, j] = float(e.flags["low_ess"])
                 if ms.metric == "accuracy":
                     n = ms.n_eval[s, i, j]
                     noise[s, i, j] = 100 * binomial_noise(ms.values[s, i, j] / 100, int(n)) if n > 0 else np.nan
@@ -220,8 +253,8 @@ def summarize(bt: Backtest, ms: ModelScores, shift_threshold: float) -> dict[str
         rho = column_rho(np.where(have, e, np.nan), bt.truth)
         rec["rho"] = round(float(np.mean(list(rho.values()))), 4) if rho else None
         rec["rho_by_column"] = {ms.slices[j]: round(r, 4) for j, r in rho.items()}
-        if name == "IW":
-            rec["low_ess_share"] = round(float(np.nanmean(bt.low_ess[have])), 4)
+        if name in bt.low_ess:
+            rec["low_ess_share"] = round(float(np.nanmean(bt.low_ess[name][have])), 4)
         out[name] = rec
     full = [m for m in bt.estimates if m in out and out[m]["n_cells"] == out["n_future_cells"]]
     if full:

@@ -16,6 +16,9 @@ period's labels will give (``Z``), or None where a method has none.
 - ``IW``: held-out correctness reweighted by a domain classifier between the held-out rows and
   the new period, on the model's own output space (predicted class x confidence group), with the
   effective sample size of its weights;
+- ``IW-inputs``: held-out correctness reweighted row by row by a domain classifier between the
+  held-out rows' inputs and the new period's (``driftmatrix.estimate.domain``), with the
+  effective sample size of its weights (pixel and numeric-table inputs only);
 - ``BBSE``: the black-box shift estimate (Lipton et al. 2018) of the new period's label
   distribution from the predicted-class counts and the held-out confusion matrix, and the
   accuracy that distribution gives if only the labels moved.
@@ -31,13 +34,13 @@ import numpy as np
 from driftmatrix.estimate.cells import CellStats
 
 #: The methods before the class-balance cap, in the order tables list them.
-BASE_METHODS = ("carry-forward", "trend", "AC", "DoC", "ATC", "IW", "BBSE")
+BASE_METHODS = ("carry-forward", "trend", "AC", "DoC", "ATC", "IW", "IW-inputs", "BBSE")
 #: Methods whose estimate is also given capped by :func:`class_balance_cap` ("<method>+cap").
 CAPPED = ("carry-forward", "trend", "AC", "DoC", "ATC", "IW")
 #: Every method, in the order tables list them.
 METHODS = BASE_METHODS + tuple(f"{m}+cap" for m in CAPPED)
 #: Methods that need the model's outputs on the new period (classification, accuracy).
-CONFIDENCE_METHODS = ("AC", "DoC", "ATC", "IW", "BBSE") + tuple(f"{m}+cap" for m in CAPPED)
+CONFIDENCE_METHODS = ("AC", "DoC", "ATC", "IW", "IW-inputs", "BBSE") + tuple(f"{m}+cap" for m in CAPPED)
 #: Slack of the class-balance cap, in standard errors of the new period's label shares
 #: (``estimate.cap_slack``): chosen on a second draw of the built-in data, not on the default's
 #: backtest (``bench/cap_slack.py``, docs/estimates.md).
@@ -195,6 +198,32 @@ def importance_weighted(source: CellStats, target: CellStats, per_group: int = 2
         _pct(math.sqrt(var_est + var_tgt)))
 
 
+def importance_weighted_inputs(right: np.ndarray, weights: np.ndarray, n_target: int,
+                               min_ess: float = 30.0) -> Estimate:
+    """Held-out correctness weighted row by row: sum w * right / sum w (``right``: each held-out
+    row's correctness, ``weights``: its importance weight towards the new period from an
+    input-space domain classifier, ``driftmatrix.estimate.domain.domain_weights``).
+
+    Interval: the weighted mean's variance is taken as p (1 - p) / ESS, with p moved by one
+    pseudo-row, (p ESS + 1) / (ESS + 2), so that a unit right on every held-out row still gets an
+    interval; the period's own binomial noise on its ``n_target`` rows is added. It ignores the
+    error of the weights themselves. ``flags``: ``ess`` (``domain.ess``: Kish's effective sample
+    size times the share of the period the held-out rows cover, in held-out rows), ``coverage``
+    (that share, ``domain.coverage``) and ``low_ess`` when ESS is under ``min_ess``."""
+    from driftmatrix.estimate.domain import coverage, ess
+
+    r, w = np.asarray(right, dtype=float), np.asarray(weights, dtype=float)
+    total = float(w.sum())
+    if len(r) != len(w) or total <= 0:
+        raise ValueError(f"{len(r)} held-out rows, {len(w)} weights (sum {total})")
+    p = float((w * r).sum() / total)
+    n_eff = max(ess(w), 1e-9)
+    q = (p * n_eff + 1.0) / (n_eff + 2.0)
+    sd = math.sqrt(q * (1 - q) / max(n_eff, 1.0) + q * (1 - q) / max(n_target, 1))
+    return Estimate(_pct(p), flags={"ess": round(n_eff, 1), "coverage": round(coverage(w), 4),
+                                    "low_ess": bool(n_eff < min_ess)}).interval(_pct(sd))
+
+
 def label_shift(source: CellStats, target: CellStats) -> tuple[np.ndarray, np.ndarray]:
     """Black-box shift estimate: (source label distribution, estimated target label distribution).
 
@@ -263,9 +292,12 @@ def class_balance_cap(source: CellStats, target: CellStats, slack: float = CAP_S
 def estimate_all(m_ii: float, known: np.ndarray, lag: int, source: CellStats | None,
                  target: CellStats | None, higher_is_better: bool = True, min_ess: float = 30.0,
                  methods=METHODS, value_range: tuple[float, float] | None = None,
-                 shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK) -> dict[str, Estimate]:
+                 shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK,
+                 weights: np.ndarray | None = None) -> dict[str, Estimate]:
     """Every method that applies: the matrix methods always, the confidence methods where the
-    held-out rows (labelled) and the period's rows (labels withheld) have statistics.
+    held-out rows (labelled) and the period's rows (labels withheld) have statistics, and
+    ``IW-inputs`` where ``weights`` (one per held-out row, in ``source.right``'s order) are given
+    and the held-out rows have their correctness.
     ``value_range``: the metric's range (accuracy: 0..100), where trend's estimate is clipped."""
     if target is not None and target.labelled:
         raise ValueError("the new period's statistics must come without labels (CellStats.unlabelled)")
@@ -285,6 +317,9 @@ def estimate_all(m_ii: float, known: np.ndarray, lag: int, source: CellStats | N
     for name, fn in fns.items():
         if name in methods:
             out[name] = fn()
+    if "IW-inputs" in methods and weights is not None and source.right is not None \
+            and len(weights) == len(source.right) and float(np.sum(weights)) > 0:
+        out["IW-inputs"] = importance_weighted_inputs(source.right, weights, target.n, min_ess)
     if any(f"{m}+cap" in methods for m in CAPPED):
         cap = class_balance_cap(source, target, cap_slack)
         for m in CAPPED:

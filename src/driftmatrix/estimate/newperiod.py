@@ -6,7 +6,8 @@ folder, with or without its ``F/``/``M/`` class folders, or a ``.npy`` of uint8 
 every unit of the current plan is loaded from its checkpoint (or from the MLflow registry) and
 run on them once; each method then estimates its score from the matrix and the unit's held-out
 statistics (``driftmatrix.estimate.backtest.estimate_from_history``: everything up to the last
-period is known now). Per model it trusts the method with the lowest backtest MAE
+period is known now); ``IW-inputs`` weights each unit's held-out rows towards the new images by a
+domain classifier on the same reduced pixels as the backtest (``driftmatrix.estimate.domain``). Per model it trusts the method with the lowest backtest MAE
 (``outputs/estimates/backtest.json``), or a matrix-only method when the period's labels seem to
 have moved (black-box shift estimate above ``estimate.label_shift``), and flags ``retrain`` when
 that method's estimate is more than ``estimate.alert_drop`` points below the in-distribution score.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -142,27 +143,32 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, images: np.ndarray
 def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray], task: str, ahead: int,
                    summary: Mapping[str, Any] | None, alert_drop: float, shift_threshold: float,
                    min_ess: float, cutoffs: Sequence[int] | None = None,
-                   cap_slack: float = CAP_SLACK) -> list[dict[str, Any]]:
+                   cap_slack: float = CAP_SLACK, target_x: np.ndarray | None = None,
+                   cache=None) -> list[dict[str, Any]]:
     """One record per cutoff (seeds averaged): every method's estimate, the in-distribution score,
-    the trusted method, its drop and the retrain flag (pure but for the statistics it computes)."""
+    the trusted method, its drop and the retrain flag (pure but for the statistics it computes).
+    ``target_x``: the new rows' input features (``domain.image_features``), with ``ms.inputs``
+    those of the slices, for ``IW-inputs``; ``cache``: a ``domain.WeightCache`` of this period."""
     from driftmatrix.estimate.cells import from_doc
     from driftmatrix.evaluation import forward_stats
 
     K = ms.K
     records = []
     for i in cutoffs if cutoffs is not None else range(K):
-        per_seed, shifts, ess = [], [], []
+        per_seed, shifts, ess, ess_inputs = [], [], [], []
         for s in range(len(ms.seeds)):
             if (s, i) not in outputs or not np.isfinite(ms.values[s, i, i]):
                 continue
             target = from_doc(forward_stats(outputs[s, i], None, task))
             est = estimate_from_history(ms, s, i, K - 1 - i + ahead, target, min_ess, shift_threshold=shift_threshold,
-                                        cap_slack=cap_slack)
+                                        cap_slack=cap_slack, target_x=target_x, period="new", cache=cache)
             per_seed.append((ms.values[s, i, i], est))
             if "BBSE" in est:
                 shifts.append((est["BBSE"].flags["label_shift_tv"], est["BBSE"].flags["label_shift"]))
             if "IW" in est:
                 ess.append(est["IW"].flags["ess"])
+            if "IW-inputs" in est:
+                ess_inputs.append(est["IW-inputs"].flags["ess"])
         if not per_seed:
             continue
         id_score = float(np.mean([v for v, _ in per_seed]))
@@ -180,6 +186,7 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
             "trusted": trusted, "why": choice.reason, "drop": drop, "retrain": bool(drop > alert_drop),
             "label_shift_tv": None if shift is None else round(shift, 4), "label_shift": shifted,
             "iw_ess": None if not ess else round(float(np.mean(ess)), 1),
+            "iw_inputs_ess": None if not ess_inputs else round(float(np.mean(ess_inputs)), 1),
             "warning": ("the labels of this period seem to have moved (estimated total variation "
                         f"{shift:.2f} > {shift_threshold}, predicted classes moved beyond chance): confidence-based estimates "
                         f"({', '.join(CONFIDENCE_METHODS)}) are not to be trusted") if shifted else None})
@@ -193,6 +200,7 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
     """Estimate every configured model's cutoff units (or only the latest cutoff) on the new
     period at ``data``, ``ahead`` periods after the last slice; writes ``out`` (JSON and CSV)."""
     from driftmatrix.data.table import DatasetMeta
+    from driftmatrix.estimate.domain import WeightCache, image_features, read_slice_inputs
     from driftmatrix.estimate.stage import load_model, read_manifest
 
     cfg = estimate_config(params)
@@ -206,6 +214,7 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
     log.info("estimate: %d rows from %s", len(images), data)
     backtest_path = Path(estimates_dir) / "backtest.json"
     backtests = json.loads(backtest_path.read_text()) if backtest_path.exists() else {}
+    inputs, target_x, cache = read_slice_inputs(slices_dir), image_features(images), WeightCache()
     records = []
     for model in params.models:
         ms = load_model(params, model, manifest, scores_dir)
@@ -217,9 +226,9 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
         except DataError as exc:
             log.warning("estimate: %s", exc)
             continue
-        records += estimate_model(ms, outputs, meta.task, ahead, backtests.get(model), cfg.alert_drop,
-                                  cfg.label_shift, cfg.min_ess, [ms.K - 1] if latest else None,
-                                  cfg.cap_slack)
+        records += estimate_model(replace(ms, inputs=inputs), outputs, meta.task, ahead, backtests.get(model),
+                                  cfg.alert_drop, cfg.label_shift, cfg.min_ess, [ms.K - 1] if latest else None,
+                                  cfg.cap_slack, target_x, cache)
     if not records:
         raise DataError(f"no model of {list(params.models)} could be estimated on {data} (see the warnings above)")
     if out is not None:

@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -189,18 +190,22 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
     """The whole stage; returns backtest.json's content."""
     from driftmatrix.data.table import DataError
     from driftmatrix.estimate import backtest
+    from driftmatrix.estimate.domain import WeightCache, read_slice_inputs
 
     cfg = estimate_config(params)
     manifest = read_manifest(slices_dir)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    inputs = read_slice_inputs(slices_dir)  # model-independent: read once, weights shared by all models
+    cache = WeightCache()
     summaries, files = {}, []
     for name in params.models:
         ms = load_model(params, name, manifest, scores_dir)
         if ms is None:
             log.warning("estimates: no scored cells for %s; left out", name)
             continue
-        bt = backtest.run(ms, min_ess=cfg.min_ess, shift_threshold=cfg.label_shift, cap_slack=cfg.cap_slack)
+        bt = backtest.run(replace(ms, inputs=inputs), min_ess=cfg.min_ess, shift_threshold=cfg.label_shift,
+                          cap_slack=cfg.cap_slack, cache=cache)
         summaries[name] = bt.summary
         path = out_dir / f"{name}.json"
         path.write_text(json.dumps(model_doc(ms, bt)))

@@ -1,0 +1,171 @@
+"""Input-space domain classifier for ``IW-inputs``: per-slice input features, and importance
+weights of a unit's held-out rows towards a new period from a classifier between the two.
+
+The features do not depend on the model, so they are read once per dataset (:func:`read_slice_inputs`)
+and the weights of a (training window, period) pair are shared by every seed and model that
+has that window. Pixel datasets reduce each image to 8 x 8 mean-pooled grey levels plus the mean
+of each channel (:func:`image_features`); feature tables use their numeric columns, missing
+values at the column's median (:func:`table_features`). Text and other inputs have no features
+here (a document would need an encoder's embedding, model-dependent and not kept by the
+forward pass): ``IW-inputs`` is then absent, as it is for regression and multi-label tasks.
+
+Everything but the two ``read_*`` functions is pure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+#: Side of the grey-level grid an image is mean-pooled to.
+GRID = 8
+#: Largest importance weight (density ratio p_period(x) / p_held-out(x)) a row may get.
+MAX_WEIGHT = 20.0
+#: Folds of the cross-fitting: a row's weight comes from a classifier fitted without it.
+FOLDS = 5
+#: Inverse L2 strength of the domain classifier (on standardised features): fixed a priori, not
+#: tuned on any backtest.
+C_REG = 0.1
+
+
+@dataclass(frozen=True)
+class SliceInputs:
+    """Per slice (in slice order) the features of every row, in the row order of the slice's
+    future cells (all its rows), and which of them are its test split (the row order of its
+    held-out cells: the test rows in the same order)."""
+
+    x: Sequence[np.ndarray]
+    test: Sequence[np.ndarray]
+
+    def upto(self, i: int) -> "SliceInputs":
+        """Slices 0..i only: what is known at cutoff i."""
+        return SliceInputs(list(self.x[:i + 1]), list(self.test[:i + 1]))
+
+    def held_out(self, window: Sequence[int]) -> np.ndarray:
+        """Features of a window's held-out rows, slices in the window's order (as ``pooled``)."""
+        parts = [self.x[c][self.test[c]] for c in window if c < len(self.x)]
+        return np.concatenate(parts) if parts else np.zeros((0, self.x[0].shape[1] if self.x else 0))
+
+
+def image_features(images: np.ndarray, grid: int = GRID) -> np.ndarray:
+    """(N, grid * grid + 3) float: the grey image mean-pooled to ``grid`` x ``grid`` cells, then
+    the mean of each channel, all in 0..1 (images (N, H, W, 3) uint8, H and W multiples of grid
+    or cropped down to them)."""
+    n, h, w, _ = images.shape
+    hh, ww = (h // grid) * grid, (w // grid) * grid
+    out = np.empty((n, grid * grid + 3))
+    for at in range(0, n, 4096):  # chunks: a memory-mapped images.npy is never held as floats at once
+        imgs = np.asarray(images[at:at + 4096], dtype=np.float32) / 255.0
+        m = len(imgs)
+        grey = imgs[:, :hh, :ww].mean(axis=3).reshape(m, grid, hh // grid, grid, ww // grid).mean(axis=(2, 4))
+        out[at:at + m] = np.concatenate([grey.reshape(m, -1), imgs.mean(axis=(1, 2))], axis=1)
+    return out
+
+
+def table_features(values: np.ndarray) -> np.ndarray:
+    """A numeric feature table (N, F) with NaN for missing values: NaN at the column's median (0
+    for a column with no value)."""
+    x = np.asarray(values, dtype=np.float64).copy()
+    if x.size == 0:
+        return x
+    with np.errstate(all="ignore"):
+        med = np.nanmedian(np.where(np.isnan(x).all(axis=0), 0.0, x), axis=0) if x.shape[0] else np.zeros(x.shape[1])
+    med = np.where(np.isfinite(med), med, 0.0)
+    return np.where(np.isnan(x), med, x)
+
+
+def split_by_slice(features: np.ndarray, slice_ids: np.ndarray, split: np.ndarray, n_slices: int) -> SliceInputs:
+    """Every row's features grouped per slice, rows in ascending row order within a slice (the
+    order the evaluate stage scores a cell's rows in: ``np.flatnonzero`` of its mask)."""
+    xs, tests = [], []
+    for c in range(n_slices):
+        rows = np.flatnonzero(slice_ids == c)
+        xs.append(features[rows])
+        tests.append(np.asarray(split)[rows] == "test")
+    return SliceInputs(xs, tests)
+
+
+def coverage(weights: np.ndarray) -> float:
+    """The share of the period's input distribution that the held-out rows' support covers, as
+    the mean density-ratio weight (E_source[p_t / p_s] = the target's mass on the source's
+    support), at most 1. A period outside the held-out support gets weights near 0 everywhere,
+    which Kish's ratio alone cannot see (it is scale-free)."""
+    return float(min(1.0, np.mean(weights))) if len(weights) else 0.0
+
+
+def ess(weights: np.ndarray) -> float:
+    """Effective sample size of density-ratio weights, in held-out rows: Kish's (sum w)^2 / sum w^2
+    times :func:`coverage` (0 for no weight): the rows that stand for the period."""
+    w2 = float((weights ** 2).sum())
+    return float(weights.sum()) ** 2 / w2 * coverage(weights) if w2 > 0 else 0.0
+
+
+def domain_weights(source_x: np.ndarray, target_x: np.ndarray, max_weight: float = MAX_WEIGHT,
+                   folds: int = FOLDS, c_reg: float = C_REG, seed: int = 0) -> tuple[np.ndarray, float]:
+    """(weight of each source row, effective sample size) for reweighting the source rows (a
+    unit's held-out rows) to the target's input distribution (a period's rows; no labels).
+
+    A logistic regression on standardised features tells target from source with balanced class
+    weights, so its odds p / (1 - p) estimate the density ratio p_target(x) / p_source(x) whatever
+    the two sizes; each source row's probability is cross-fitted (``folds``-fold, stratified,
+    shuffled with ``seed``, the period's rows sorted first so that their order does not matter),
+    so a row's weight comes from a classifier that did not see it. Weights are
+    clipped at ``max_weight`` and not normalised: their mean is :func:`coverage`, which enters
+    :func:`ess`. Fewer than two rows on either side: uniform weights."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold, cross_val_predict
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    n_s, n_t = len(source_x), len(target_x)
+    k = min(folds, n_s, n_t)
+    if k < 2:
+        w = np.ones(n_s)
+        return w, ess(w)
+    target_x = np.asarray(target_x)[np.lexsort(np.asarray(target_x).T[::-1])]  # the period's row order does not matter
+    x = np.concatenate([source_x, target_x]).astype(np.float64)
+    y = np.r_[np.zeros(n_s, dtype=int), np.ones(n_t, dtype=int)]
+    clf = make_pipeline(StandardScaler(), LogisticRegression(C=c_reg, class_weight="balanced", max_iter=2000))
+    p = cross_val_predict(clf, x, y, cv=StratifiedKFold(k, shuffle=True, random_state=seed),
+                          method="predict_proba")[:n_s, 1]
+    p = np.clip(p, 1e-9, 1 - 1e-9)
+    w = np.minimum(p / (1 - p), max_weight)
+    return w, ess(w)
+
+
+class WeightCache:
+    """Domain weights of (held-out rows of a window, period) pairs of one dataset's inputs,
+    computed once and shared by every seed and model with that window. The key names the period
+    (a slice index, or "new" for a period outside the slices): a cache belongs to one set of
+    inputs and one new period."""
+
+    def __init__(self):
+        self.done: dict[tuple[tuple[int, ...], object], tuple[np.ndarray, float]] = {}
+
+    def get(self, window: Sequence[int], period, source_x: np.ndarray, target_x: np.ndarray) -> tuple[np.ndarray, float]:
+        key = (tuple(int(c) for c in window), period)
+        if key not in self.done:
+            self.done[key] = domain_weights(source_x, target_x)
+        return self.done[key]
+
+
+# --- reading (side effects) ---------------------------------------------------------------------
+def read_slice_inputs(slices_dir: str | Path) -> SliceInputs | None:
+    """The features of every slice of a slices folder: its images (``images.npy``) or its numeric
+    feature columns; None for text and other inputs."""
+    from driftmatrix.data.table import DatasetMeta, feature_column
+    from driftmatrix.slicing import load_slices
+
+    rows, manifest, images = load_slices(slices_dir)
+    meta = DatasetMeta.from_dict(manifest["dataset"])
+    if images is not None:
+        feats = image_features(images)
+    elif meta.features and meta.numeric:
+        feats = table_features(np.column_stack([np.asarray(rows[feature_column(f)], dtype=np.float64)
+                                                for f in meta.numeric]))
+    else:
+        return None
+    return split_by_slice(feats, rows["slice"].to_numpy(), rows["split"].to_numpy(), len(manifest["slices"]))
