@@ -74,3 +74,30 @@ def test_image_features_and_the_slices_row_order():
     assert np.array_equal(si.held_out([0, 1]), f[[3, 0, 4]]) and len(si.upto(0).x) == 1
     t = domain.table_features(np.array([[1.0, np.nan], [3.0, np.nan], [np.nan, np.nan]]))
     assert t.tolist() == [[1.0, 0.0], [3.0, 0.0], [2.0, 0.0]]
+
+
+def test_a_feature_table_gives_its_numeric_columns_per_slice(tmp_path):
+    """The built-in feature table, sliced: one row of numeric features per row, grouped per slice
+    as the evaluate stage orders a cell's rows (no training needed)."""
+    from driftmatrix.config import parse_params
+    from driftmatrix.data.table import DatasetMeta
+    from driftmatrix.pipeline import Paths, prepare
+    from driftmatrix.slicing import load_slices
+
+    params = parse_params({
+        "dataset": {"name": "tab", "source": "table", "path": str(tmp_path / "raw"), "task": "binary",
+                    "options": {"timestamp": "year", "label": "churn", "id": "id", "features": "auto"}},
+        "synthetic": {"seed": 0, "first_year": 2000, "years": 3, "per_year": 50, "span": 6},
+        "slicing": {"min_samples": 10}, "models": {"LogReg": {}},
+        "tracking": {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": "tab",
+                     "artifact_root": str(tmp_path / "mlruns"), "log_models": False}})
+    paths = Paths(tmp_path / "out")
+    prepare(params, paths, generate=True)
+    rows, manifest, _ = load_slices(paths.slices)
+    meta = DatasetMeta.from_dict(manifest["dataset"])
+    si = domain.read_slice_inputs(paths.slices)
+    assert len(si.x) == len(manifest["slices"]) == 3 and meta.numeric
+    assert sum(len(x) for x in si.x) == len(rows) and all(x.shape[1] == len(meta.numeric) for x in si.x)
+    assert all(np.isfinite(x).all() for x in si.x)
+    first = np.flatnonzero(rows["slice"].to_numpy() == 0)
+    assert si.test[0].tolist() == (rows["split"].to_numpy()[first] == "test").tolist()
