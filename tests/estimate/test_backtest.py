@@ -47,28 +47,50 @@ def garbage(rng, cell: CellStats, labels_only: bool = False) -> CellStats:
                      rng.uniform(0, 50), rng.uniform(0, 10), rng.uniform(0, 50, 2), **bad)
 
 
-def test_an_estimate_of_m_ij_reads_no_label_of_period_j_and_nothing_after_cutoff_i():
+@pytest.mark.parametrize("reference", backtest.REFERENCES)
+def test_an_estimate_of_m_ij_reads_no_label_of_period_j_and_nothing_after_the_latest_labelled_period(reference):
+    """As at cutoff i (``window``), nothing after period i; one period ahead (``previous``),
+    nothing after period j - 1; in both, none of period j's labels."""
     rng = np.random.default_rng(0)
     ms = scores(rng)
     for s in range(S):
         for i in range(K - 1):
             for j in range(i + 1, K):
-                clean = estimate_cell(ms, s, i, j)
+                t = backtest.latest_labelled(i, j, reference)
+                clean = estimate_cell(ms, s, i, j, reference=reference)
                 poisoned_values = ms.values.copy()
-                poisoned_values[:, i + 1:, :] = rng.uniform(-1e6, 1e6, poisoned_values[:, i + 1:, :].shape)
-                poisoned_values[:, :, i + 1:] = rng.uniform(-1e6, 1e6, poisoned_values[:, :, i + 1:].shape)
-                cells = [[[c if (r <= i and col <= i) else garbage(rng, c) for col, c in enumerate(row)]
+                poisoned_values[:, t + 1:, :] = rng.uniform(-1e6, 1e6, poisoned_values[:, t + 1:, :].shape)
+                poisoned_values[:, :, t + 1:] = rng.uniform(-1e6, 1e6, poisoned_values[:, :, t + 1:].shape)
+                cells = [[[c if (r <= t and col <= t) else garbage(rng, c) for col, c in enumerate(row)]
                           for r, row in enumerate(seed)] for seed in ms.stats]
                 cells[s][i][j] = garbage(rng, ms.stats[s][i][j], labels_only=True)  # its inputs stay, labels go
-                # inputs: slices 0..i (the held-out rows) and period j stay, every other slice goes
-                xs = [x if (k <= i or k == j) else rng.normal(50, 9, x.shape) for k, x in enumerate(ms.inputs.x)]
-                tests = [t if k <= i else ~t for k, t in enumerate(ms.inputs.test)]
+                # inputs: slices 0..t (the held-out rows among them) and period j stay, every other slice goes
+                xs = [x if (k <= t or k == j) else rng.normal(50, 9, x.shape) for k, x in enumerate(ms.inputs.x)]
+                tests = [m if k <= t else ~m for k, m in enumerate(ms.inputs.test)]
                 poisoned = replace(ms, values=poisoned_values, n_eval=ms.n_eval * 0 - 1, stats=cells,
                                    inputs=SliceInputs(xs, tests))
-                got = estimate_cell(poisoned, s, i, j)
-                assert set(got) == set(clean) == set(backtest.METHODS)
+                got = estimate_cell(poisoned, s, i, j, reference=reference)
+                # IW-inputs needs the held-out rows' correctness: only from the cutoff's own window
+                expected = set(backtest.METHODS) - ({"IW-inputs"} if t > i else set())
+                assert set(got) == set(clean) == expected
                 for name in clean:
                     assert got[name] == clean[name], (s, i, j, name)
+
+
+def test_one_period_ahead_starts_from_the_units_latest_labelled_period():
+    rng = np.random.default_rng(3)
+    ms = scores(rng)
+    ahead = estimate_cell(ms, 0, 1, 4, reference="previous")
+    assert ahead["carry-forward"].value == ms.values[0, 1, 3] != estimate_cell(ms, 0, 1, 4)["carry-forward"].value
+    # DoC from period 3's labelled rows: their accuracy plus the change in mean confidence
+    ref, new = ms.stats[0][1][3], ms.stats[0][1][4]
+    assert ahead["DoC"].value == pytest.approx(100 * (ref.accuracy + new.mean_conf - ref.mean_conf))
+    # trend: M[1, 3] minus the decays from lag 2 to lag 3 seen by period 3 (row 0: M[0, 2] - M[0, 3])
+    decay = ms.values[:, 0, 2] - ms.values[:, 0, 3]
+    assert ahead["trend"].value == pytest.approx(ms.values[0, 1, 3] - decay.mean())
+    # the backtest's loop gives what estimate_cell gives
+    bt = backtest.run(ms, reference="previous")
+    assert bt.estimates["DoC"][0, 1, 4] == ahead["DoC"].value and bt.summary["reference"] == "previous"
 
 
 def test_the_estimates_see_the_period_they_estimate():

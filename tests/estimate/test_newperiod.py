@@ -1,6 +1,7 @@
 """`estimate --data`'s decision on constructed units: the retrain flag and the label-shift warning."""
 
 import numpy as np
+import pytest
 
 from driftmatrix.estimate.backtest import ModelScores
 from driftmatrix.estimate.newperiod import SHIFT_CANDIDATES, estimate_model, render
@@ -56,3 +57,30 @@ def test_no_shift_no_drop_no_flag_and_a_confidence_drop_flags_retrain():
     for r in estimate_model(ms, unsure, "binary", 1, SUMMARY, 5.0, 0.1, 30):
         assert not r["label_shift"] and r["trusted"] == "AC"
         assert r["estimates"]["AC"] < 65 and r["retrain"] and r["drop"] > 5
+
+
+def test_an_older_unit_is_estimated_from_its_latest_labelled_period_when_that_backtests_better():
+    """A unit already scoring 60 on the latest labelled period, over-confident there as on its
+    held-out rows: the estimates from its held-out rows see no drop, carry-forward@prev sees the
+    drop so far, and it is trusted when its one-period-ahead backtest MAE is the lowest."""
+    rng = np.random.default_rng(2)
+    ms = units(rng)
+    last = K - 1
+    for s in range(2):
+        for i in range(last):
+            y = (rng.random(300) < 0.5).astype(int)
+            logits, _ = class_conditional(rng, y, recall=(0.6, 0.6))
+            ms.stats[s][i][last] = stats(logits, y)
+            ms.values[s, i, last] = 100 * ms.stats[s][i][last].accuracy
+    new = {(s, i): class_conditional(rng, (rng.random(400) < 0.5).astype(int), recall=(0.6, 0.6))[0]
+           for s in range(2) for i in range(K)}
+    summary = {**SUMMARY, "previous_period": {"carry-forward": {"mae": 2.5}, "AC": {"mae": 3.0}}}
+    records = estimate_model(ms, new, "binary", 1, summary, 5.0, 0.1, 30)
+    for r in records[:last]:
+        assert r["trusted"] == "carry-forward@prev" and "backtest MAE 2.50" in r["why"]
+        assert r["estimates"]["carry-forward@prev"] == pytest.approx(np.mean(ms.values[:, r["cutoff_index"], last]), abs=1e-3)
+        assert r["retrain"] and r["drop"] > 10
+        assert r["estimates"]["AC"] == r["estimates"]["AC@prev"]  # AC reads no reference
+    newest = records[last]  # its latest labelled period is its own cutoff: both estimates coincide
+    assert newest["estimates"]["carry-forward@prev"] == newest["estimates"]["carry-forward"] == newest["in_distribution"]
+    assert "latest" in render(records, 5.0) and "carry-forward@prev" in render(records, 5.0)

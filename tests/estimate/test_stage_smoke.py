@@ -40,15 +40,21 @@ def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, 
         assert s["best_method"] in METHODS
         for m in METHODS:
             assert {"mae", "bias", "n_cells", "mae_label_shift", "mae_no_label_shift", "rho"} <= set(s[m])
+        # the same cells one period ahead: carry-forward is now M[i, j - 1], not M[i, i]
+        ahead = s["previous_period"]
+        assert ahead["best_method"] in METHODS and ahead["carry-forward"]["n_cells"] == s["n_future_cells"]
+        assert ahead["carry-forward"]["mae"] != s["carry-forward"]["mae"]
         doc = json.loads((out / f"{model}.json").read_text())
         est = np.array(doc["methods"]["AC"]["estimate"], dtype=float)
         assert est.shape == (S, K, K) and np.isnan(est[:, np.tril_indices(K)[0], np.tril_indices(K)[1]]).all()
         assert np.isfinite(est[:, 0, 1:]).all()
-    assert set(json.loads(metrics.read_text())["MLP-S"]) >= {"noise_floor", "best_mae", "mae_trend", "mae_AC"}
-    assert "MLP-S,carry-forward," in (out / "backtest.csv").read_text()
+    assert set(json.loads(metrics.read_text())["MLP-S"]) >= {"noise_floor", "best_mae", "mae_trend", "mae_AC",
+                                                             "best_mae_previous_period"}
+    csv = (out / "backtest.csv").read_text()
+    assert "MLP-S,window,carry-forward," in csv and "MLP-S,previous,carry-forward," in csv
     exp_id = configure(params.tracking)
     runs = MlflowClient().search_runs([exp_id], filter_string="tags.kind = 'estimates'")
-    assert len(runs) == 1 and "MLP-S.trend.mae" in runs[0].data.metrics
+    assert len(runs) == 1 and {"MLP-S.trend.mae", "MLP-S.previous_period.trend.mae"} <= set(runs[0].data.metrics)
 
     from driftmatrix import report
 

@@ -6,6 +6,8 @@ period's statistics without labels, then compared with its true value. :func:`es
 the only place that decides what an estimate may see, and tests/estimate poison everything else.
 ``IW-inputs`` also sees inputs: those of the held-out rows of the unit's window (slices up to i)
 and those of period j (:class:`driftmatrix.estimate.domain.SliceInputs`), never their labels.
+The same cells are also estimated one period ahead (``reference="previous"``): from the history
+up to period j - 1, with the unit's labelled cell of period j - 1 as the reference.
 """
 
 from __future__ import annotations
@@ -72,33 +74,54 @@ def held_out_weights(known: ModelScores, i: int, target_x: np.ndarray | None, pe
     return (cache if cache is not None else WeightCache()).get(known.windows[i], period, source_x, target_x)[0]
 
 
+#: Where an estimate of M[i, j] starts from. ``window``: as at cutoff i, from the unit's held-out
+#: rows and M[i, i] (the issue's backtest); ``previous``: one period ahead, from the unit's labelled
+#: cell of period j - 1 and M[i, j - 1] (a deployed model whose latest period has its labels).
+REFERENCES = ("window", "previous")
+
+
+def latest_labelled(i: int, j: int, reference: str) -> int:
+    """The latest period whose labels an estimate of M[i, j] may read."""
+    if reference not in REFERENCES:
+        raise ValueError(f"reference {reference!r}: one of {', '.join(REFERENCES)}")
+    return i if reference == "window" else j - 1
+
+
 def estimate_from_history(known: ModelScores, s: int, i: int, lag: int, target: CellStats | None,
                           min_ess: float = 30.0, methods=METHODS, shift_threshold: float = 0.1,
                           cap_slack: float = CAP_SLACK, target_x: np.ndarray | None = None, period="new",
-                          cache: WeightCache | None = None) -> dict[str, Estimate]:
+                          cache: WeightCache | None = None, latest: int | None = None) -> dict[str, Estimate]:
     """Every method's estimate for the seed-s model of cutoff i on a period ``lag`` periods after
-    i, from ``known`` (cells and inputs known now), the period's unlabelled statistics ``target``
-    and its inputs' features ``target_x`` (``period`` names it in ``cache``)."""
+    ``latest`` (the latest labelled period t, i by default), from ``known`` (cells and inputs known
+    now), the period's unlabelled statistics ``target`` and its inputs' features ``target_x``
+    (``period`` names it in ``cache``). The reference is the unit's held-out rows and M[i, i] when
+    t = i, its labelled cell of period t and M[i, t] when t > i (no ``IW-inputs`` then: only
+    held-out cells keep each row's correctness)."""
+    t = i if latest is None else latest
     confidence = known.metric == "accuracy"
     bounded = (0.0, 100.0) if known.metric in ("accuracy", "macro_auc") else None
-    weights = held_out_weights(known, i, target_x, period, cache) if confidence and "IW-inputs" in methods else None
-    return estimate_all(float(known.values[s, i, i]), known.values, lag, held_out(known, s, i) if confidence else None,
-                        target if confidence else None, known.higher_is_better, min_ess, methods, bounded,
-                        shift_threshold, cap_slack, weights)
+    source = (held_out(known, s, i) if t == i else known.stats[s][i][t]) if confidence else None
+    weights = (held_out_weights(known, i, target_x, period, cache)
+               if confidence and t == i and "IW-inputs" in methods else None)
+    return estimate_all(float(known.values[s, i, t]), known.values, lag, source, target if confidence else None,
+                        known.higher_is_better, min_ess, methods, bounded, shift_threshold, cap_slack,
+                        start=t - i, weights=weights)
 
 
-def estimate_cell(ms: ModelScores, s: int, i: int, j: int, min_ess: float = 30.0,
-                  methods=METHODS, shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK,
-                  cache: WeightCache | None = None) -> dict[str, Estimate]:
-    """Cell (i, j > i) of seed s estimated as at cutoff i: the history up to i, and period j's
-    statistics with their labels removed and its rows' input features (``cache``: domain
-    weights already computed for this dataset's inputs, keyed by window and j)."""
+def estimate_cell(ms: ModelScores, s: int, i: int, j: int, min_ess: float = 30.0, methods=METHODS,
+                  shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK, cache: WeightCache | None = None,
+                  reference: str = "window") -> dict[str, Estimate]:
+    """Cell (i, j > i) of seed s estimated as at the latest period whose labels ``reference``
+    allows (:func:`latest_labelled`): the history up to it, period j's statistics with their
+    labels removed and its rows' input features (``cache``: domain weights already computed for
+    this dataset's inputs, keyed by window and j)."""
     if j <= i:
         raise ValueError(f"cell ({i}, {j}) is not in the future of cutoff {i}")
+    t = latest_labelled(i, j, reference)
     target = ms.stats[s][i][j]
     target_x = None if ms.inputs is None or j >= len(ms.inputs.x) else ms.inputs.x[j]
-    return estimate_from_history(history(ms, i), s, i, j - i, None if target is None else target.unlabelled(),
-                                 min_ess, methods, shift_threshold, cap_slack, target_x, j, cache)
+    return estimate_from_history(history(ms, t), s, i, j - t, None if target is None else target.unlabelled(),
+                                 min_ess, methods, shift_threshold, cap_slack, target_x, j, cache, latest=t)
 
 
 def binomial_noise(p: float, n: int) -> float:
@@ -142,8 +165,9 @@ ESS_METHODS = ("IW", "IW-inputs")
 
 
 def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, methods=METHODS,
-        cap_slack: float = CAP_SLACK, cache: WeightCache | None = None) -> Backtest:
-    """Estimate every future cell of every seed and summarise (:func:`summarize`). ``cache``:
+        cap_slack: float = CAP_SLACK, cache: WeightCache | None = None, reference: str = "window") -> Backtest:
+    """Estimate every future cell of every seed as :func:`estimate_cell` does (one history per
+    latest labelled period, not one per cell) and summarise (:func:`summarize`). ``cache``:
     domain weights shared with other models of the same inputs (default: this run's own)."""
     S, K = ms.values.shape[0], ms.K
     blank = lambda: np.full((S, K, K), np.nan)  # noqa: E731
@@ -151,6 +175,7 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
     noise, shift, est_shift = blank(), blank(), blank()
     low_ess = {m: blank() for m in ESS_METHODS}
     cache = cache if cache is not None else WeightCache()
+    histories: dict[int, ModelScores] = {}
     for s in range(S):
         for i in range(K):
             if not np.isfinite(ms.values[s, i, i]):
@@ -158,8 +183,13 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
             for j in range(i + 1, K):
                 if not np.isfinite(ms.values[s, i, j]):
                     continue
-                for name, e in estimate_cell(ms, s, i, j, min_ess, methods, shift_threshold, cap_slack,
-                                             cache).items():
+                t = latest_labelled(i, j, reference)
+                known = histories.setdefault(t, history(ms, t))
+                target = ms.stats[s][i][j]
+                target_x = None if ms.inputs is None or j >= len(ms.inputs.x) else ms.inputs.x[j]
+                got = estimate_from_history(known, s, i, j - t, None if target is None else target.unlabelled(),
+                                            min_ess, methods, shift_threshold, cap_slack, target_x, j, cache, latest=t)
+                for name, e in got.items():
                     est[name][s, i, j] = e.value
                     if e.lo is not None:
                         lo[name][s, i, j], hi[name][s, i, j] = e.lo, e.hi
@@ -170,12 +200,12 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
                 if ms.metric == "accuracy":
                     n = ms.n_eval[s, i, j]
                     noise[s, i, j] = 100 * binomial_noise(ms.values[s, i, j] / 100, int(n)) if n > 0 else np.nan
-                source, target = held_out(ms, s, i), ms.stats[s][i][j]
+                source = held_out(known, s, i) if t == i else known.stats[s][i][t]
                 if source is not None and target is not None and source.labelled and target.labelled:
                     p = source.label_counts / max(source.n, 1)
                     shift[s, i, j] = total_variation(p, target.label_counts / max(target.n, 1))
     bt = Backtest(ms.model, ms.values, est, lo, hi, noise, shift, est_shift, low_ess)
-    bt.summary = {**summarize(bt, ms, shift_threshold), "cap_slack": cap_slack}
+    bt.summary = {**summarize(bt, ms, shift_threshold), "cap_slack": cap_slack, "reference": reference}
     return bt
 
 

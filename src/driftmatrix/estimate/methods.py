@@ -65,39 +65,42 @@ def _pct(x: float) -> float:
     return 100.0 * x
 
 
-def carry_forward(m_ii: float) -> Estimate:
-    """The score on the new period is the in-distribution score."""
-    return Estimate(float(m_ii))
+def carry_forward(m_ref: float) -> Estimate:
+    """The score on the new period is the reference's: M[i, i] as at cutoff i."""
+    return Estimate(float(m_ref))
 
 
-def lag_decays(values: np.ndarray, lag: int) -> np.ndarray:
-    """Every decay M[r, r] - M[r, r + lag] in a (S, k, k) stack of known matrix cells."""
+def lag_decays(values: np.ndarray, lag: int, start: int = 0) -> np.ndarray:
+    """Every change M[r, r + start] - M[r, r + start + lag] in a (S, k, k) stack of known matrix
+    cells (``start`` 0: the decay from the diagonal)."""
     k = values.shape[-1]
-    if lag < 1 or lag >= k:
+    if lag < 1 or start < 0 or start + lag >= k:
         return np.zeros(0)
-    r = np.arange(k - lag)
-    d = (values[:, r, r] - values[:, r, r + lag]).ravel()
+    r = np.arange(k - start - lag)
+    d = (values[:, r, r + start] - values[:, r, r + start + lag]).ravel()
     return d[np.isfinite(d)]
 
 
-def trend(known: np.ndarray, m_ii: float, lag: int, higher_is_better: bool = True) -> Estimate:
-    """M[i, i] minus the mean decay at ``lag`` over the cells of ``known``: the (S, i+1, i+1)
-    stack of the model's matrices up to cutoff i, every seed (all of it known at cutoff i).
+def trend(known: np.ndarray, m_ref: float, lag: int, higher_is_better: bool = True, start: int = 0) -> Estimate:
+    """The reference score minus the mean decay over ``lag`` more periods seen in ``known``: the
+    (S, t+1, t+1) stack of the model's matrices up to the latest labelled period t, every seed.
+    ``start`` is the reference's own lag (t - i): 0 when the reference is M[i, i] (as at cutoff
+    i), more when it is a later labelled period M[i, t]; the decays are then those from lag
+    ``start`` to ``start + lag``.
 
     A lag longer than any seen takes the decay of the longest lag seen (flat: a line through the
     origin fitted to the early, fast-decaying rows overshot by tens of points on the default);
-    with no lag seen at all, the estimate is carry-forward's. The change M[r, r] - M[r, r + lag]
-    is used as it is, so the metric's direction (``higher_is_better``, kept for the callers'
-    symmetry) does not enter."""
-    d = lag_decays(known, lag)
+    with no lag seen at all, the estimate is the reference's. The change is used as it is, so the
+    metric's direction (``higher_is_better``, kept for the callers' symmetry) does not enter."""
+    d = lag_decays(known, lag, start)
     if len(d):
-        est = Estimate(float(m_ii - d.mean()))
+        est = Estimate(float(m_ref - d.mean()))
         return est.interval(float(d.std(ddof=1))) if len(d) > 2 else est
-    for longest in range(min(lag, known.shape[-1]) - 1, 0, -1):
-        d = lag_decays(known, longest)
+    for longest in range(min(lag, known.shape[-1] - start) - 1, 0, -1):
+        d = lag_decays(known, longest, start)
         if len(d):
-            return Estimate(float(m_ii - d.mean()), flags={"extrapolated_from_lag": longest})
-    return Estimate(float(m_ii), flags={"extrapolated_from_lag": 0})
+            return Estimate(float(m_ref - d.mean()), flags={"extrapolated_from_lag": longest})
+    return Estimate(float(m_ref), flags={"extrapolated_from_lag": 0})
 
 
 def clipped(est: Estimate, low: float, high: float) -> Estimate:
@@ -289,23 +292,25 @@ def class_balance_cap(source: CellStats, target: CellStats, slack: float = CAP_S
     return _pct(min(1.0, float(np.minimum(pi, room).sum())))
 
 
-def estimate_all(m_ii: float, known: np.ndarray, lag: int, source: CellStats | None,
+def estimate_all(m_ref: float, known: np.ndarray, lag: int, source: CellStats | None,
                  target: CellStats | None, higher_is_better: bool = True, min_ess: float = 30.0,
                  methods=METHODS, value_range: tuple[float, float] | None = None,
-                 shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK,
+                 shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK, start: int = 0,
                  weights: np.ndarray | None = None) -> dict[str, Estimate]:
     """Every method that applies: the matrix methods always, the confidence methods where the
-    held-out rows (labelled) and the period's rows (labels withheld) have statistics, and
-    ``IW-inputs`` where ``weights`` (one per held-out row, in ``source.right``'s order) are given
-    and the held-out rows have their correctness.
+    reference rows (labelled: the held-out rows, or a later labelled period's) and the period's
+    rows (labels withheld) have statistics, and ``IW-inputs`` where ``weights`` (one per held-out
+    row, in ``source.right``'s order) are given and the held-out rows have their correctness.
+    ``m_ref``: the reference's score (M[i, i], or M[i, t] with ``start`` = t - i); ``lag``:
+    periods from the reference to the estimated one.
     ``value_range``: the metric's range (accuracy: 0..100), where trend's estimate is clipped."""
     if target is not None and target.labelled:
         raise ValueError("the new period's statistics must come without labels (CellStats.unlabelled)")
     out = {}
     if "carry-forward" in methods:
-        out["carry-forward"] = carry_forward(m_ii)
+        out["carry-forward"] = carry_forward(m_ref)
     if "trend" in methods:
-        out["trend"] = trend(known, m_ii, lag, higher_is_better)
+        out["trend"] = trend(known, m_ref, lag, higher_is_better, start)
         if value_range is not None:
             out["trend"] = clipped(out["trend"], *value_range)
     if source is None or target is None or source.n == 0 or target.n == 0:

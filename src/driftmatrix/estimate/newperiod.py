@@ -6,11 +6,15 @@ folder, with or without its ``F/``/``M/`` class folders, or a ``.npy`` of uint8 
 every unit of the current plan is loaded from its checkpoint (or from the MLflow registry) and
 run on them once; each method then estimates its score from the matrix and the unit's held-out
 statistics (``driftmatrix.estimate.backtest.estimate_from_history``: everything up to the last
-period is known now); ``IW-inputs`` weights each unit's held-out rows towards the new images by a
-domain classifier on the same reduced pixels as the backtest (``driftmatrix.estimate.domain``). Per model it trusts the method with the lowest backtest MAE
-(``outputs/estimates/backtest.json``), or a matrix-only method when the period's labels seem to
-have moved (black-box shift estimate above ``estimate.label_shift``), and flags ``retrain`` when
-that method's estimate is more than ``estimate.alert_drop`` points below the in-distribution score.
+period is known now) twice: from the unit's held-out rows and M[i, i] (as the backtest does at
+cutoff i), and from its labelled latest period and M[i, last] (``<method>@prev``, as the backtest
+does one period ahead); ``IW-inputs`` weights each unit's held-out rows towards the new images by
+a domain classifier on the same reduced pixels as the backtest (``driftmatrix.estimate.domain``).
+Per model it trusts the method with the lowest backtest MAE of either
+(``outputs/estimates/backtest.json``), or one that reads no confidences when the period's labels
+seem to have moved (black-box shift estimate above ``estimate.label_shift``), and flags
+``retrain`` when that method's estimate is more than ``estimate.alert_drop`` points below the
+in-distribution score.
 """
 
 from __future__ import annotations
@@ -58,27 +62,41 @@ class Choice:
     reason: str
 
 
-#: Methods that can be trusted for the retrain flag. Carry-forward predicts no drop by
-#: construction, so it could never raise the flag: it is the baseline, not a candidate.
-CANDIDATES = tuple(m for m in METHODS if m != "carry-forward")
+#: Suffix of the estimates that start from the unit's latest labelled period (the backtest's
+#: ``previous_period``): ``carry-forward@prev`` is the unit's score on that period.
+PREVIOUS = "@prev"
+#: Methods that can be trusted for the retrain flag. Carry-forward from M[i, i] predicts no drop
+#: by construction, so it could never raise the flag: it is the baseline, not a candidate
+#: (carry-forward@prev, the drop seen so far, is one).
+CANDIDATES = tuple(m for m in METHODS if m != "carry-forward") + tuple(m + PREVIOUS for m in METHODS)
 #: Under a detected label shift: the methods that do not read the model's confidences.
-SHIFT_CANDIDATES = ("trend", "BBSE")
+SHIFT_CANDIDATES = ("trend", "BBSE") + tuple(m + PREVIOUS for m in ("carry-forward", "trend", "BBSE"))
+
+
+def backtested(summary: Mapping[str, Any]) -> dict[str, float]:
+    """Backtest MAE by estimate name: a method's as at cutoff i, ``<method>@prev``'s one period
+    ahead (the same future cells, so the two compare)."""
+    out = {}
+    for part, suffix in ((summary, ""), (summary.get("previous_period") or {}, PREVIOUS)):
+        out.update({m + suffix: r["mae"] for m, r in part.items() if m in METHODS and r.get("mae") is not None})
+    return out
 
 
 def choose(summary: Mapping[str, Any] | None, shifted: bool) -> Choice:
-    """The method a model's estimates are trusted from: the lowest backtest MAE among
+    """The estimate a model's retrain flag is trusted from: the lowest backtest MAE among
     :data:`CANDIDATES`, or among :data:`SHIFT_CANDIDATES` when the labels seem to have moved;
     trend without a backtest."""
     pool = SHIFT_CANDIDATES if shifted else CANDIDATES
     if not summary:
         return Choice("trend", "no backtest (run `driftmatrix backtest`): trend, the matrix's own decay")
-    ranked = sorted((summary[m]["mae"], m) for m in pool if m in summary and summary[m].get("mae") is not None)
+    maes = backtested(summary)
+    ranked = sorted((maes[m], m) for m in pool if m in maes)
     if not ranked:
         return Choice("trend", "no backtested method applies")
     mae, m = ranked[0]
     why = f"backtest MAE {mae:.2f}"
-    if "carry-forward" in summary and m != "carry-forward":
-        why += f" vs carry-forward {summary['carry-forward']['mae']:.2f}"
+    if "carry-forward" in maes and m != "carry-forward":
+        why += f" vs carry-forward {maes['carry-forward']:.2f}"
     if summary.get("noise_floor") is not None:
         why += f", noise floor {summary['noise_floor']:.2f}"
     if shifted:
@@ -162,6 +180,9 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
             target = from_doc(forward_stats(outputs[s, i], None, task))
             est = estimate_from_history(ms, s, i, K - 1 - i + ahead, target, min_ess, shift_threshold=shift_threshold,
                                         cap_slack=cap_slack, target_x=target_x, period="new", cache=cache)
+            latest = est if i == K - 1 else estimate_from_history(
+                ms, s, i, ahead, target, min_ess, shift_threshold=shift_threshold, cap_slack=cap_slack, latest=K - 1)
+            est = {**est, **{m + PREVIOUS: e for m, e in latest.items()}}
             per_seed.append((ms.values[s, i, i], est))
             if "BBSE" in est:
                 shifts.append((est["BBSE"].flags["label_shift_tv"], est["BBSE"].flags["label_shift"]))
@@ -173,7 +194,7 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
             continue
         id_score = float(np.mean([v for v, _ in per_seed]))
         methods = {m: round(float(np.mean([e[m].value for _, e in per_seed])), 3)
-                   for m in METHODS if all(m in e for _, e in per_seed)}
+                   for m in METHODS + tuple(m + PREVIOUS for m in METHODS) if all(m in e for _, e in per_seed)}
         shift = float(np.mean([tv for tv, _ in shifts])) if shifts else None
         shifted = bool(shifts) and sum(flag for _, flag in shifts) * 2 > len(shifts)  # most seeds
         choice = choose(summary, shifted)
@@ -250,20 +271,19 @@ def write(records: Sequence[Mapping[str, Any]], out: Path, meta: Mapping[str, An
 
 
 def render(records: Sequence[Mapping[str, Any]], alert_drop: float) -> str:
-    """The printed table: per model the trusted method and why, then one line per cutoff."""
+    """The printed table: per model the trusted method and why, then one line per cutoff with its
+    in-distribution score, its score on the latest labelled period, the trusted estimate and
+    the flag (every method's estimate is in the written JSON and CSV)."""
     out, model = [], None
     for r in records:
         if r["model"] != model:
             model = r["model"]
-            methods = list(r["estimates"])
             out.append(f"\n{model}: trusts {r['trusted']} ({r['why']}); retrain when it drops > {alert_drop} points")
-            widths = [max(7, len(m) + 1) for m in methods]
-            out.append(f"  {'cutoff':<8}{'ID':>7}" + "".join(f"{m:>{w}}" for m, w in zip(methods, widths))
-                       + f"  {'trusted':<18}{'drop':>6}  flag")
+            out.append(f"  {'cutoff':<8}{'ID':>7}{'latest':>8}{'estimate':>10}  {'trusted':<22}{'drop':>6}  flag")
         flag = "RETRAIN" if r["retrain"] else "ok"
         if r["warning"]:
             flag += f"  (label shift {r['label_shift_tv']:.2f}: confidence-based estimates not trusted)"
-        out.append(f"  {r['cutoff']:<8}{r['in_distribution']:>7.1f}"
-                   + "".join(f"{r['estimates'].get(m, float('nan')):>{w}.1f}" for m, w in zip(methods, widths))
-                   + f"  {r['trusted']:<18}{r['drop']:>6.1f}  {flag}")
+        latest = r["estimates"].get("carry-forward" + PREVIOUS, float("nan"))
+        out.append(f"  {r['cutoff']:<8}{r['in_distribution']:>7.1f}{latest:>8.1f}{r['estimates'][r['trusted']]:>10.1f}"
+                   f"  {r['trusted']:<22}{r['drop']:>6.1f}  {flag}")
     return "\n".join(out).lstrip("\n")

@@ -3,9 +3,11 @@ drift matrices and write ``outputs/estimates/``, the DVC metrics ``metrics/estim
 one MLflow run ``estimates · <dataset>``.
 
 Files: ``backtest.json`` (``{model: {"noise_floor", "best_method", method: {mae, bias, n_cells,
-coverage, rho, ...}}}``), ``<model>.json`` (per method the seed-level estimated matrix over the
-future cells, its interval where it has one, and |estimate - M|) and ``backtest.csv`` (one row
-per model and method).
+coverage, rho, ...}, "previous_period": {"best_method", method: {mae, bias, n_cells, ...}}}}``:
+the issue's backtest as at cutoff i, and the same cells estimated one period ahead from the
+unit's labelled period j - 1), ``<model>.json`` (per method the seed-level estimated matrix over
+the future cells as at cutoff i, its interval where it has one, and |estimate - M|) and
+``backtest.csv`` (one row per model, reference and method).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from typing import Any, Mapping
 import numpy as np
 
 from driftmatrix.config import Params, estimate_config
+from driftmatrix.estimate import backtest
 from driftmatrix.estimate.backtest import Backtest, ModelScores
 from driftmatrix.estimate.cells import from_doc
-from driftmatrix.estimate.methods import METHODS
+from driftmatrix.estimate.domain import WeightCache
+from driftmatrix.estimate.methods import CAP_SLACK, METHODS
 
 log = logging.getLogger(__name__)
 
@@ -77,19 +81,37 @@ def from_matrices(m) -> ModelScores:
                        [tuple(range(i + 1)) for i in range(K)], m.higher_is_better, metric, m.family)
 
 
+#: What ``previous_period`` keeps of the one-period-ahead backtest's summary, per method.
+PREVIOUS_KEYS = ("mae", "bias", "n_cells", "mae_by_seed", "coverage", "rho")
+
+
+def backtest_model(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1,
+                   cap_slack: float = CAP_SLACK, cache: WeightCache | None = None) -> tuple[Backtest, dict[str, Any]]:
+    """Both backtests of one model: as at cutoff i (the Backtest, and the summary's top level)
+    and one period ahead (the summary's ``previous_period``: per method its MAE, bias and cells,
+    and its ``best_method``; only methods that estimate every future cell that way: IW-inputs
+    needs held-out rows and has no estimate from a later period). ``cache``: domain weights
+    shared with the dataset's other models."""
+    bt = backtest.run(ms, min_ess, shift_threshold, cap_slack=cap_slack, cache=cache, reference="window")
+    ahead = backtest.run(ms, min_ess, shift_threshold, cap_slack=cap_slack, cache=cache, reference="previous").summary
+    previous = {m: {k: ahead[m][k] for k in PREVIOUS_KEYS if k in ahead[m]} for m in METHODS
+                if m in ahead and ahead[m]["n_cells"] == ahead["n_future_cells"]}
+    if "best_method" in ahead:
+        previous["best_method"] = ahead["best_method"]
+    return bt, {**bt.summary, "previous_period": previous}
+
+
 def run_matrices(folder: str | Path, out_dir: str | Path, shift_threshold: float = 0.1) -> dict[str, dict[str, Any]]:
     """Backtest the matrix methods on any folder of drift matrices (e.g. published ones): writes
     ``backtest.json`` / ``backtest.csv`` and ``<model>.json`` to ``out_dir``."""
     from driftmatrix.analysis import matrixfile
-    from driftmatrix.estimate import backtest
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     summaries = {}
     for name, m in matrixfile.load_folder(folder).items():
         ms = from_matrices(m)
-        bt = backtest.run(ms, shift_threshold=shift_threshold)
-        summaries[name] = bt.summary
+        bt, summaries[name] = backtest_model(ms, shift_threshold=shift_threshold)
         (out_dir / f"{name}.json").write_text(json.dumps(model_doc(ms, bt)))
     (out_dir / "backtest.json").write_text(json.dumps(summaries, indent=2))
     (out_dir / "backtest.csv").write_text(csv_rows(summaries))
@@ -134,14 +156,15 @@ def model_doc(ms: ModelScores, bt: Backtest) -> dict[str, Any]:
 
 
 def csv_rows(backtests: Mapping[str, Mapping[str, Any]]) -> str:
-    lines = ["model,method,mae,bias,n_cells,coverage,rho,noise_floor,mae_label_shift,mae_no_label_shift"]
+    lines = ["model,reference,method,mae,bias,n_cells,coverage,rho,noise_floor,mae_label_shift,mae_no_label_shift"]
     for model, s in backtests.items():
-        for m in METHODS:
-            if m in s:
-                r = s[m]
-                vals = [r["mae"], r["bias"], r["n_cells"], r.get("coverage"), r.get("rho"), s["noise_floor"],
-                        r.get("mae_label_shift"), r.get("mae_no_label_shift")]
-                lines.append(",".join([model, m] + ["" if v is None else str(v) for v in vals]))
+        for reference, part in (("window", s), ("previous", s.get("previous_period") or {})):
+            for m in METHODS:
+                if m in part:
+                    r = part[m]
+                    vals = [r["mae"], r["bias"], r["n_cells"], r.get("coverage"), r.get("rho"), s["noise_floor"],
+                            r.get("mae_label_shift"), r.get("mae_no_label_shift")]
+                    lines.append(",".join([model, reference, m] + ["" if v is None else str(v) for v in vals]))
     return "\n".join(lines) + "\n"
 
 
@@ -152,6 +175,9 @@ def dvc_metrics(backtests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
         rec = {"noise_floor": s["noise_floor"]}
         if "best_method" in s:
             rec["best_mae"] = s[s["best_method"]]["mae"]
+        ahead = s.get("previous_period") or {}
+        if "best_method" in ahead:
+            rec["best_mae_previous_period"] = ahead[ahead["best_method"]]["mae"]
         rec.update({f"mae_{m}": s[m]["mae"] for m in METHODS if m in s})
         out[model] = rec
     return out
@@ -176,6 +202,9 @@ def log_to_mlflow(params: Params, backtests: Mapping[str, Mapping[str, Any]], fi
                     v = (s.get(m) or {}).get(k)
                     if v is not None:  # MLflow keys take no "+": AC+cap -> AC_cap
                         metrics[f"{model}.{m.replace('+', '_')}.{k}"] = v
+                v = ((s.get("previous_period") or {}).get(m) or {}).get("mae")
+                if v is not None:
+                    metrics[f"{model}.previous_period.{m.replace('+', '_')}.mae"] = v
         mlflow.log_metrics(metrics)
         mlflow.set_tags({f"best_method.{model}": s["best_method"] for model, s in backtests.items()
                          if "best_method" in s})
@@ -189,8 +218,7 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
         track: bool = False) -> dict[str, dict[str, Any]]:
     """The whole stage; returns backtest.json's content."""
     from driftmatrix.data.table import DataError
-    from driftmatrix.estimate import backtest
-    from driftmatrix.estimate.domain import WeightCache, read_slice_inputs
+    from driftmatrix.estimate.domain import read_slice_inputs
 
     cfg = estimate_config(params)
     manifest = read_manifest(slices_dir)
@@ -204,16 +232,15 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
         if ms is None:
             log.warning("estimates: no scored cells for %s; left out", name)
             continue
-        bt = backtest.run(replace(ms, inputs=inputs), min_ess=cfg.min_ess, shift_threshold=cfg.label_shift,
-                          cap_slack=cfg.cap_slack, cache=cache)
-        summaries[name] = bt.summary
+        bt, summaries[name] = backtest_model(replace(ms, inputs=inputs), cfg.min_ess, cfg.label_shift,
+                                             cfg.cap_slack, cache)
         path = out_dir / f"{name}.json"
         path.write_text(json.dumps(model_doc(ms, bt)))
         files.append(path)
-        best = bt.summary.get("best_method")
+        best, ahead = bt.summary.get("best_method"), summaries[name]["previous_period"].get("best_method")
         log.info("estimates: %s: noise floor %s, %s", name, bt.summary["noise_floor"],
                  ", ".join(f"{m} {bt.summary[m]['mae']}" for m in METHODS if m in bt.summary)
-                 + (f"; best {best}" if best else ""))
+                 + (f"; best {best}" if best else "") + (f"; one period ahead: best {ahead}" if ahead else ""))
     if not summaries:
         raise DataError(f"{scores_dir}: no scored cells for {list(params.models)} (run the evaluate stage first)")
     (out_dir / "backtest.json").write_text(json.dumps(summaries, indent=2))
