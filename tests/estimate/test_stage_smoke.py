@@ -60,6 +60,7 @@ def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, 
 
     html = report.run(paths.matrices, tmp / "report" / "report.html", audit=None).read_text()
     assert 'id="estimates"' in html and "noise floor" in html and html.count('class="errmap"') == len(MODELS)
+    assert "one period ahead" in html and "@prev" in html
 
 
 def new_year_without_labels(params, tmp):

@@ -92,6 +92,19 @@ def section(folder: str | Path) -> tuple[str, str, str] | None:
                   "<th>share of carry-forward's excess over the floor closed</th><th>MAE, small label shift</th>"
                   "<th>MAE, large label shift (cells)</th><th>future cells</th></tr></thead><tbody>"
                   + "".join(rows) + "</tbody></table>")
+    ahead_rows = []
+    for m in models:
+        a = backtests[m].get("previous_period") or {}
+        if "best_method" in a:
+            ahead_rows.append(f'<tr><td class="l">{html.escape(m)}</td><td class="l">{html.escape(a["best_method"])}</td>'
+                              f'<td>{_f(a[a["best_method"]]["mae"])}</td><td>{_f((a.get("carry-forward") or {}).get("mae"))}</td>'
+                              f'<td>{_f(backtests[m].get("noise_floor"))}</td></tr>')
+    ahead_table = ("<p>The same cells one period ahead: estimated from the unit's labelled period j &minus; 1 "
+                   "and M[i, j &minus; 1] (a deployed model whose latest period has its labels; "
+                   "<code>driftmatrix estimate</code> offers these as <code>&lt;method&gt;@prev</code>):</p>"
+                   '<table><thead><tr><th class="l">model</th><th class="l">best method</th><th>MAE</th>'
+                   "<th>carry-forward (M[i, j &minus; 1])</th><th>noise floor</th></tr></thead><tbody>"
+                   + "".join(ahead_rows) + "</tbody></table>") if ahead_rows else ""
     tops = [e for doc in docs.values() for meth in doc["methods"].values() for row in meth["mean_error"]
             for e in row if e is not None]
     top = sorted(tops)[int(0.95 * (len(tops) - 1))] if tops else 1.0
@@ -105,7 +118,7 @@ def section(folder: str | Path) -> tuple[str, str, str] | None:
             "scored on n rows (X ~ Binomial(n, p)): what a perfect estimator still misses by. Bold: each "
             "model's best method. Methods: docs/estimates.md.</p>")
     return ("estimates", "Before the labels arrive: label-free estimates, backtested",
-            text + table + best_table + "<p>Error |estimate &minus; M| of each model's best method, seed "
+            text + table + best_table + ahead_table + "<p>Error |estimate &minus; M| of each model's best method, seed "
             "mean (rows: trained up to, latest on top; columns: evaluated period; colour scale to the 95th "
             f"percentile, {top:.1f} points):</p>" + f'<div class="cutoffs">{maps}</div>')
 
