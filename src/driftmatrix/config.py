@@ -105,6 +105,7 @@ class EstimateConfig:
     label_shift: float = field(default=0.1, metadata=_bound(lambda v: 0 <= v <= 1, "a value in [0, 1]"))
     min_ess: float = field(default=30.0, metadata=NON_NEGATIVE)  # IW weights' effective sample size below: flagged
     cap_slack: float = field(default=1.0, metadata=NON_NEGATIVE)  # class-balance cap: standard errors of the label shares
+    iw_inputs: bool = False  # IW-inputs: a domain classifier on the inputs per (window, period); opt-in (cost)
 
 
 def estimate_config(params: "Params") -> EstimateConfig:

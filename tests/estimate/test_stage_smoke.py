@@ -31,6 +31,10 @@ def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, 
 
     params, paths, tmp = finished
     out, metrics = tmp / "out" / "estimates", tmp / "metrics" / "estimates.json"
+    # IW-inputs is opt-in (estimate.iw_inputs): off, the stage fits no domain classifier
+    off = stage.run(params, paths.slices, paths.scores, tmp / "off", None)
+    assert all("IW-inputs" not in s and "IW" in s for s in off.values())
+    params = replace(params, extra={**params.extra, "estimate": {"iw_inputs": True}})
     result = stage.run(params, paths.slices, paths.scores, out, metrics, track=True)
     backtest = json.loads((out / "backtest.json").read_text())
     assert backtest == json.loads(json.dumps(result)) and set(backtest) == set(MODELS)
@@ -88,7 +92,7 @@ def test_estimate_command_on_a_folder_without_labels(finished, monkeypatch):
     flat, n = new_year_without_labels(params, tmp)
     assert not any(p.is_dir() for p in flat.iterdir())
     raw = to_raw(params)
-    raw["estimate"] = {"alert_drop": 5.0}
+    raw["estimate"] = {"alert_drop": 5.0, "iw_inputs": True}
     (tmp / "params.yaml").write_text(yaml.safe_dump(raw))
     out = tmp / "new-period"
     got = CliRunner().invoke(app, ["estimate", "--data", str(flat), "-p", str(tmp / "params.yaml"),

@@ -235,7 +235,8 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
     log.info("estimate: %d rows from %s", len(images), data)
     backtest_path = Path(estimates_dir) / "backtest.json"
     backtests = json.loads(backtest_path.read_text()) if backtest_path.exists() else {}
-    inputs, target_x, cache = read_slice_inputs(slices_dir), image_features(images), WeightCache()
+    inputs, target_x, cache = ((read_slice_inputs(slices_dir), image_features(images), WeightCache())
+                               if cfg.iw_inputs else (None, None, None))
     records = []
     for model in params.models:
         ms = load_model(params, model, manifest, scores_dir)

@@ -224,7 +224,8 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
     manifest = read_manifest(slices_dir)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    inputs = read_slice_inputs(slices_dir)  # model-independent: read once, weights shared by all models
+    # model-independent: read once, weights shared by all models; opt-in (docs/estimates.md: cost)
+    inputs = read_slice_inputs(slices_dir) if cfg.iw_inputs else None
     cache = WeightCache()
     summaries, files = {}, []
     for name in params.models:
