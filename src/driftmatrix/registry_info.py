@@ -160,6 +160,7 @@ def annotate(params: Params, cohort, matrices_run: str | None = None) -> dict[st
 
     from driftmatrix.analysis import advisor
     from driftmatrix.models.registry import REGISTRY
+    from driftmatrix.serving import quiet_mlflow
 
     cfg = params.tracking
     horizons = sorted(set(advisor_config(params).horizons))
@@ -170,7 +171,7 @@ def annotate(params: Params, cohort, matrices_run: str | None = None) -> dict[st
     dataset = params.dataset.name
     registered: dict[str, Any] = {}
     touched = 0
-    with tracking.quiet_mlflow():
+    with quiet_mlflow():
         for model, matrices in cohort.models.items():
             name = tracking.registered_name(dataset, model)
             try:

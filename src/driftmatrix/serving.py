@@ -347,7 +347,7 @@ def save_template(path: Path, unit_folder: Path, config: Mapping[str, Any], exam
     """``mlflow.pyfunc.save_model`` of one unit as a model from code (no pickle is written)."""
     import mlflow
 
-    with _quiet():
+    with quiet_mlflow():
         mlflow.pyfunc.save_model(
             str(path), python_model=str(code_file()),
             artifacts={name: str(unit_folder / file) for name, file in ARTIFACTS.items()},
@@ -356,16 +356,18 @@ def save_template(path: Path, unit_folder: Path, config: Mapping[str, Any], exam
 
 
 @contextlib.contextmanager
-def _quiet():
-    """MLflow's notices while saving (type-hint advice, artifact download bars) stay off stderr."""
-    import logging
+def quiet_mlflow():
+    """MLflow's per-call notices stay off the terminal: "Created version ..." lines, type-hint
+    advice and artifact download bars (its logger at ERROR; warnings, stdout and stderr caught).
+    Here rather than in ``tracking``, which imports this module (and not the reverse)."""
     import warnings
 
     logger = logging.getLogger("mlflow")
     level = logger.level
     logger.setLevel(logging.ERROR)
     try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()), \
+                contextlib.redirect_stdout(io.StringIO()):
             warnings.simplefilter("ignore")
             yield
     finally:

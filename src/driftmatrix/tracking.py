@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import io
 import json
 import logging
 import os
@@ -103,6 +102,8 @@ def schema_template() -> Path | None:
     try:
         import sqlalchemy
         from mlflow.store.db import utils as db_utils
+
+        from driftmatrix.serving import quiet_mlflow
 
         cache.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -217,19 +218,6 @@ def git_commit() -> str:
         return out.stdout.strip() or "unknown"
     except (OSError, subprocess.SubprocessError):
         return "unknown"
-
-
-@contextlib.contextmanager
-def quiet_mlflow():
-    """Silence MLflow's per-call notices ("Created version ..." lines and the like)."""
-    logger = logging.getLogger("mlflow")
-    level = logger.level
-    logger.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
-            yield
-    finally:
-        logger.setLevel(level)
 
 
 def model_runs(exp_id: str, model: str) -> list[Any]:
@@ -550,6 +538,8 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
     a unit's version under another dataset name (renamed since) moves to ``name``; of duplicates
     (two syncs at once) the oldest version of the unit's run stays.
     """
+    from driftmatrix.serving import quiet_mlflow
+
     from mlflow.exceptions import MlflowException
 
     try:
