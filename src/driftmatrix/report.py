@@ -8,7 +8,9 @@ report also correlates the audit's data drift with each model's decay
 (:mod:`driftmatrix.reporting.drift_decay`; ``drift_vs_decay.json``). As a DVC stage
 (``driftmatrix report --track``) it logs one MLflow run ``matrices · <dataset>`` (tag
 ``kind=matrices``) with the per-model summary metrics, the Spearman rho of every drift measure
-and model, and the matrices, plots and report as artifacts; then the model registry is made to
+and model, and the matrices, plots and report as artifacts, and the estimates stage's run
+``estimates · <dataset>`` from ``outputs/estimates`` (one MLflow start for both); then the model
+registry is made to
 agree with the matrices (:mod:`driftmatrix.registry_info`: each version's scores and description,
 each model's description linking this run, the advisor's ``recommended-h<H>`` aliases).
 """
@@ -78,10 +80,16 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
                       importance=matrices_dir.parent / "importance")
     log.info("report: %s (%d heatmaps)", report, len(plots))
     if params is not None:
+        from driftmatrix.estimate import stage as estimates_stage
+
         files = sorted(f for f in matrices_dir.iterdir() if f.suffix in (".json", ".csv"))
         run_id = log_to_mlflow(params, cohort, files, plots, report, dataset,
                                drift_decay.metrics(decay) if decay else None)
         log.info("report: logged run %s", run_id)
+        estimates_run = estimates_stage.log_folder(params, estimates if estimates is not None
+                                                   else matrices_dir.parent / "estimates")
+        if estimates_run:
+            log.info("report: logged the estimates stage's run %s", estimates_run)
         from driftmatrix import registry_info
 
         registry_info.annotate(params, cohort, run_id)  # version scores, descriptions, advisor aliases

@@ -65,6 +65,12 @@ def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, 
     html = report.run(paths.matrices, tmp / "report" / "report.html", audit=None).read_text()
     assert 'id="estimates"' in html and "noise floor" in html and html.count('class="errmap"') == len(MODELS)
     assert "one period ahead" in html and "@prev" in html
+    # as a DVC stage the report logs the estimates' run too (one MLflow start for both)
+    report.run(paths.matrices, tmp / "report" / "report.html", audit=None, params=params)
+    runs = MlflowClient().search_runs([exp_id], filter_string="tags.kind = 'estimates'", order_by=["start_time DESC"])
+    assert len(runs) == 2 and runs[0].data.metrics == runs[1].data.metrics
+    logged = {a.path for a in MlflowClient().list_artifacts(runs[0].info.run_id, "estimates")}
+    assert {"estimates/backtest.json", "estimates/backtest.csv", "estimates/MLP-S.json"} <= logged
 
 
 def new_year_without_labels(params, tmp):

@@ -215,15 +215,10 @@ def _mae(err: np.ndarray, mask: np.ndarray) -> float | None:
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n, ties sharing their mean rank."""
-    order = np.argsort(x, kind="mergesort")
-    ranks = np.empty(len(x))
-    ranks[order] = np.arange(1, len(x) + 1)
-    for v in np.unique(x):
-        tie = x == v
-        if tie.sum() > 1:
-            ranks[tie] = ranks[tie].mean()
-    return ranks
+    """Ranks 1..n, ties sharing their mean rank (a value's rank: the rows up to and including its
+    ties, less half of the ties beyond the first)."""
+    _, which, ties = np.unique(x, return_inverse=True, return_counts=True)
+    return (np.cumsum(ties) - (ties - 1) / 2.0)[which]
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:

@@ -4,6 +4,7 @@ and the unlabelled view an estimator gets of a period whose labels it must not s
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -28,7 +29,7 @@ class CellStats:
     confusion: np.ndarray | None = None  # (C, C) true x predicted
     right: np.ndarray | None = None  # (n,) bool: row r predicted its label
 
-    @property
+    @cached_property
     def n(self) -> int:
         return int(self.pred.sum())
 

@@ -1,6 +1,7 @@
 """The ``estimates`` stage (after ``matrices``): backtest every estimator on every model's
-drift matrices and write ``outputs/estimates/``, the DVC metrics ``metrics/estimates.json`` and
-one MLflow run ``estimates · <dataset>``.
+drift matrices and write ``outputs/estimates/`` and the DVC metrics ``metrics/estimates.json``;
+its MLflow run ``estimates · <dataset>`` is logged by the report stage (:func:`log_folder`),
+which starts MLflow anyway, or here with ``driftmatrix backtest --track``.
 
 Files: ``backtest.json`` (``{model: {"noise_floor", "best_method", method: {mae, bias, n_cells,
 coverage, rho, ...}, "previous_period": {"best_method", method: {mae, bias, n_cells, ...}}}}``:
@@ -211,6 +212,18 @@ def log_to_mlflow(params: Params, backtests: Mapping[str, Mapping[str, Any]], fi
         for f in files:
             mlflow.log_artifact(str(f), artifact_path="estimates")
         return run.info.run_id
+
+
+def log_folder(params: Params, out_dir: str | Path = "outputs/estimates") -> str | None:
+    """:func:`log_to_mlflow` of a folder the stage wrote (None when it holds no backtest): the
+    report stage calls it, so that MLflow starts once for the matrices' run and this one (its
+    import and store take about 2.7 s in a fresh process, more than the estimation itself)."""
+    out_dir = Path(out_dir)
+    path = out_dir / "backtest.json"
+    if not path.exists():
+        return None
+    files = [path, out_dir / "backtest.csv", *sorted(p for p in out_dir.glob("*.json") if p != path)]
+    return log_to_mlflow(params, json.loads(path.read_text()), [f for f in files if f.exists()])
 
 
 def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: str | Path = "outputs/scores",
