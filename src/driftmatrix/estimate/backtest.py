@@ -61,6 +61,12 @@ def held_out(known: ModelScores, s: int, i: int) -> CellStats | None:
     return pooled(known.stats[s][i][c] for c in known.windows[i] if c < known.K)
 
 
+def reference_stats(known: ModelScores, s: int, i: int, t: int) -> CellStats | None:
+    """The labelled rows an estimate for unit (s, i) starts from when period t is the latest
+    labelled one: its held-out rows when t = i, its cell of period t when t > i."""
+    return held_out(known, s, i) if t == i else known.stats[s][i][t]
+
+
 def held_out_weights(known: ModelScores, i: int, target_x: np.ndarray | None, period,
                      cache: WeightCache | None = None) -> np.ndarray | None:
     """Importance weights of the held-out rows of cutoff i's window (their order in
@@ -90,17 +96,19 @@ def latest_labelled(i: int, j: int, reference: str) -> int:
 def estimate_from_history(known: ModelScores, s: int, i: int, lag: int, target: CellStats | None,
                           min_ess: float = 30.0, methods=METHODS, shift_threshold: float = 0.1,
                           cap_slack: float = CAP_SLACK, target_x: np.ndarray | None = None, period="new",
-                          cache: WeightCache | None = None, latest: int | None = None) -> dict[str, Estimate]:
+                          cache: WeightCache | None = None, latest: int | None = None,
+                          source: CellStats | None = None) -> dict[str, Estimate]:
     """Every method's estimate for the seed-s model of cutoff i on a period ``lag`` periods after
     ``latest`` (the latest labelled period t, i by default), from ``known`` (cells and inputs known
     now), the period's unlabelled statistics ``target`` and its inputs' features ``target_x``
     (``period`` names it in ``cache``). The reference is the unit's held-out rows and M[i, i] when
     t = i, its labelled cell of period t and M[i, t] when t > i (no ``IW-inputs`` then: only
-    held-out cells keep each row's correctness)."""
+    held-out cells keep each row's correctness). ``source``: the reference's statistics when the
+    caller already has them (:func:`reference_stats`)."""
     t = i if latest is None else latest
     confidence = known.metric == "accuracy"
     bounded = (0.0, 100.0) if known.metric in ("accuracy", "macro_auc") else None
-    source = (held_out(known, s, i) if t == i else known.stats[s][i][t]) if confidence else None
+    source = (source or reference_stats(known, s, i, t)) if confidence else None
     weights = (held_out_weights(known, i, target_x, period, cache)
                if confidence and t == i and "IW-inputs" in methods else None)
     return estimate_all(float(known.values[s, i, t]), known.values, lag, source, target if confidence else None,
@@ -133,10 +141,10 @@ def binomial_noise(p: float, n: int) -> float:
         return math.sqrt(2 * p * (1 - p) / (math.pi * n))
     if p in (0.0, 1.0):
         return 0.0
-    from scipy.special import gammaln
-
     x = np.arange(n + 1)
-    log_pmf = gammaln(n + 1) - gammaln(x + 1) - gammaln(n - x + 1) + x * math.log(p) + (n - x) * math.log1p(-p)
+    k = np.arange(1, n + 1)
+    log_choose = np.r_[0.0, np.cumsum(np.log(n - k + 1) - np.log(k))]  # log C(n, x), no scipy import
+    log_pmf = log_choose + x * math.log(p) + (n - x) * math.log1p(-p)
     return float((np.exp(log_pmf) * np.abs(x / n - p)).sum())
 
 
@@ -176,6 +184,7 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
     low_ess = {m: blank() for m in ESS_METHODS}
     cache = cache if cache is not None else WeightCache()
     histories: dict[int, ModelScores] = {}
+    sources: dict[tuple[int, int, int], CellStats | None] = {}
     for s in range(S):
         for i in range(K):
             if not np.isfinite(ms.values[s, i, i]):
@@ -185,10 +194,13 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
                     continue
                 t = latest_labelled(i, j, reference)
                 known = histories.setdefault(t, history(ms, t))
-                target = ms.stats[s][i][j]
+                if (s, i, t) not in sources:
+                    sources[s, i, t] = reference_stats(known, s, i, t)
+                source, target = sources[s, i, t], ms.stats[s][i][j]
                 target_x = None if ms.inputs is None or j >= len(ms.inputs.x) else ms.inputs.x[j]
                 got = estimate_from_history(known, s, i, j - t, None if target is None else target.unlabelled(),
-                                            min_ess, methods, shift_threshold, cap_slack, target_x, j, cache, latest=t)
+                                            min_ess, methods, shift_threshold, cap_slack, target_x, j, cache,
+                                            latest=t, source=source)
                 for name, e in got.items():
                     est[name][s, i, j] = e.value
                     if e.lo is not None:
@@ -200,7 +212,6 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
                 if ms.metric == "accuracy":
                     n = ms.n_eval[s, i, j]
                     noise[s, i, j] = 100 * binomial_noise(ms.values[s, i, j] / 100, int(n)) if n > 0 else np.nan
-                source = held_out(known, s, i) if t == i else known.stats[s][i][t]
                 if source is not None and target is not None and source.labelled and target.labelled:
                     p = source.label_counts / max(source.n, 1)
                     shift[s, i, j] = total_variation(p, target.label_counts / max(target.n, 1))
@@ -223,7 +234,9 @@ def _ranks(x: np.ndarray) -> np.ndarray:
 
 def spearman(a: np.ndarray, b: np.ndarray) -> float:
     """Spearman's rank correlation (Pearson's on the tie-averaged ranks)."""
-    return float(np.corrcoef(_ranks(np.asarray(a)), _ranks(np.asarray(b)))[0, 1])
+    x, y = _ranks(np.asarray(a)), _ranks(np.asarray(b))
+    x, y = x - x.mean(), y - y.mean()
+    return float(x @ y / np.sqrt((x @ x) * (y @ y)))
 
 
 def column_rho(est: np.ndarray, truth: np.ndarray) -> dict[int, float]:

@@ -41,18 +41,18 @@ class CellStats:
     def labelled(self) -> bool:
         return self.correct is not None
 
-    @property
+    @cached_property
     def accuracy(self) -> float:
         """Share of correct rows (0..1); needs labels."""
         if self.correct is None:
             raise ValueError("an unlabelled cell has no accuracy")
         return float(self.correct.sum() / max(self.n, 1))
 
-    @property
+    @cached_property
     def mean_conf(self) -> float:
         return self.conf_sum / max(self.n, 1)
 
-    @property
+    @cached_property
     def label_counts(self) -> np.ndarray:
         """Rows of each true class; needs labels."""
         if self.confusion is None:
