@@ -222,7 +222,7 @@ def backtest(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
              slices: Path = typer.Option(Path("outputs/slices")),
              out: Path = typer.Option(Path("outputs/estimates")),
              metrics: Path = typer.Option(None, help="DVC metrics file [default: metrics/estimates.json]."),
-             track: bool = typer.Option(False, "--track", help="Log one MLflow run (the estimates stage does)."),
+             track: bool = typer.Option(False, "--track", help="Log one MLflow run (in the pipeline the report stage logs it)."),
              matrices: Optional[Path] = typer.Option(None, "--matrices", help="Backtest the matrix methods only "
                                                      "(carry-forward, trend) on this folder of drift matrices, e.g. "
                                                      "published ones (no scores needed).")) -> None:
