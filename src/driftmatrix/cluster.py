@@ -212,19 +212,25 @@ class LocalRayCluster:
 
     def kill_node(self, name: str) -> list[int]:
         """SIGKILL node ``name``'s raylet, its workers and agents, and its other processes at once."""
-        import psutil
-
         node = self.nodes.pop(name)
         victims = set(node.pids) | set(self._descendants(node.raylet))
+        self._signal(victims, signal.SIGKILL, timeout=10)
+        return sorted(victims)
+
+    @staticmethod
+    def _signal(pids, sig: int, timeout: float) -> list:
+        """Send ``sig`` to those of ``pids`` still running, wait up to ``timeout`` seconds for them
+        to exit, and return the ``psutil.Process`` of those still alive."""
+        import psutil
+
         procs = []
-        for pid in victims:
+        for pid in pids:
             with contextlib.suppress(psutil.Error):
                 procs.append(psutil.Process(pid))
         for p in procs:
             with contextlib.suppress(psutil.Error):
-                p.send_signal(signal.SIGKILL)
-        psutil.wait_procs(procs, timeout=10)
-        return sorted(victims)
+                p.send_signal(sig)
+        return psutil.wait_procs(procs, timeout=timeout)[1]
 
     @staticmethod
     def _descendants(pid: int | None) -> list[int]:
@@ -247,14 +253,7 @@ class LocalRayCluster:
             pids |= node.pids
         for pid in list(pids):
             pids |= set(self._descendants(pid))
-        procs = []
-        for pid in pids:
-            with contextlib.suppress(psutil.Error):
-                procs.append(psutil.Process(pid))
-        for p in procs:
-            with contextlib.suppress(psutil.Error):
-                p.terminate()
-        _, alive = psutil.wait_procs(procs, timeout=5)
+        alive = self._signal(pids, signal.SIGTERM, timeout=5)
         for p in alive:
             with contextlib.suppress(psutil.Error):
                 p.kill()
