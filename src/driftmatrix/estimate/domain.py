@@ -56,16 +56,15 @@ class SliceInputs:
 
 def image_features(images: np.ndarray, grid: int = GRID) -> np.ndarray:
     """(N, grid * grid + 3) float: the grey image mean-pooled to ``grid`` x ``grid`` cells, then
-    the mean of each channel, all in 0..1 (images (N, H, W, 3) uint8, H and W multiples of grid
-    or cropped down to them)."""
-    n, h, w, _ = images.shape
-    hh, ww = (h // grid) * grid, (w // grid) * grid
-    out = np.empty((n, grid * grid + 3))
-    for at in range(0, n, 4096):  # chunks: a memory-mapped images.npy is never held as floats at once
-        imgs = np.asarray(images[at:at + 4096], dtype=np.float32) / 255.0
-        m = len(imgs)
-        grey = imgs[:, :hh, :ww].mean(axis=3).reshape(m, grid, hh // grid, grid, ww // grid).mean(axis=(2, 4))
-        out[at:at + m] = np.concatenate([grey.reshape(m, -1), imgs.mean(axis=(1, 2))], axis=1)
+    the mean of each channel, all in 0..1, from the audit's block averages
+    (``audit.drift.downsample_images``: images (N, H, W, 3) uint8, cropped to multiples of grid)."""
+    from driftmatrix.audit.drift import downsample_images
+
+    out = np.empty((len(images), grid * grid + 3))
+    for at in range(0, len(images), 4096):  # chunks: a memory-mapped images.npy is never held as floats at once
+        blocks = downsample_images(images[at:at + 4096], grid)
+        blocks = blocks.reshape(len(blocks), grid * grid, -1)  # (n, cells, channels)
+        out[at:at + len(blocks)] = np.concatenate([blocks.mean(axis=2), blocks.mean(axis=1)], axis=1)
     return out
 
 
