@@ -257,7 +257,8 @@ def test_advisor_aliases_exist_and_move_when_a_period_is_added(images):
         v = client.get_model_version(f"tiny.{model}", version)
         assert v.tags["cutoff"] == "1953" and v.tags["seed"] == "0"
         cohort = _cohort(paths)
-        assert model == advisor.rank_for_horizon(cohort.curves, h, cohort.higher_is_better)[0].model
+        learned = {m: st for m, st in cohort.stacks.items() if cohort.families[m] != "Baseline"}  # never Prior
+        assert model == advisor.rank_for_horizon(learned, h, cohort.higher_is_better)[0].model
     run_id = client.get_registered_model("tiny.CNN-S").tags["matrices_run"]
     again = registry_info.annotate(more, _cohort(paths), run_id)
     assert again["versions"] == 0  # nothing left to write

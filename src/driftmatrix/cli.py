@@ -441,6 +441,34 @@ def recommend(path: Path = MATRICES_ARG,
 
 
 @app.command()
+def policy(path: Path = MATRICES_ARG,
+           out: Path = typer.Option(Path("outputs/policy"), help="Folder for policies.csv and <model>.json."),
+           retrain_cost: Optional[float] = typer.Option(
+               None, "--retrain-cost", min=0.0,
+               help="Price of one retrain in points of served score (default 0.1; 0 with --budget)."),
+           budget: Optional[int] = typer.Option(None, "--budget", min=0, help="At most this many retrains."),
+           label_delay: int = typer.Option(0, "--label-delay", min=0,
+                                           help="Periods until a period's labels arrive.")) -> None:
+    """Replay retraining policies (never, periodic, label-triggered, hindsight oracle) on each
+    model's matrices and recommend a (model, policy) for the price of a retrain."""
+    import json
+
+    from driftmatrix.analysis import policy as pol
+    from driftmatrix.reporting import text
+
+    cohort = _cohort(path)
+    retrain_cost = retrain_cost if retrain_cost is not None else 0.0 if budget is not None else 0.1
+    runs = {m: pol.evaluate(st, label_delay, higher_is_better=cohort.higher_is_better, cost=retrain_cost,
+                            budget=budget) for m, st in cohort.stacks.items()}
+    rec = pol.recommend(runs, cohort.families, retrain_cost, budget, cohort.higher_is_better, cohort.unit)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "policies.csv").write_text(pol.csv_text(runs))
+    for model, rs in runs.items():
+        (out / f"{model}.json").write_text(json.dumps(pol.model_doc(model, rs)))
+    typer.echo(text.policies(cohort, runs, rec, retrain_cost, budget) + f"\n-> {out / 'policies.csv'}")
+
+
+@app.command()
 def compare(ours: Path = typer.Argument(..., help="Our matrices folder."),
             published: Path = typer.Argument(..., help="Published matrices folder.")) -> None:
     """Cell-wise and summary differences between our matrices and published ones."""

@@ -11,8 +11,9 @@ and runs whenever the matrices change; after logging its ``matrices · <dataset>
   numbers;
 - every registered model's description says what the model is, what goes in and comes out, its
   aliases, and links the matrices run;
-- for each horizon H of ``params.yaml: advisor.horizons`` the advisor's pick (the model with the
-  best expected score when retrained every H periods, as ``driftmatrix recommend``) gets the
+- for each horizon H of ``params.yaml: advisor.horizons`` the advisor's pick (the learning model,
+  never a baseline, with the best served score when retrained every H periods, as ``driftmatrix
+  recommend``) gets the
   alias ``recommended-h<H>`` on its latest cutoff's version (lowest seed: the ``cutoff-<label>``
   version), and no other registered model of the dataset keeps that alias. A new period moves it
   to the new cutoff's version; a new leader moves it to another model.
@@ -158,7 +159,6 @@ def annotate(params: Params, cohort, matrices_run: str | None = None) -> dict[st
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix.analysis import advisor
     from driftmatrix.models.registry import REGISTRY
     from driftmatrix.serving import quiet_mlflow
 
@@ -213,14 +213,16 @@ def recommend(client, dataset: str, cohort, registered: Mapping[str, Any], horiz
     from mlflow.exceptions import MlflowException
 
     from driftmatrix.analysis import advisor
+    from driftmatrix.models.registry import BASELINE_FAMILY
 
-    curves = {m: c for m, c in cohort.curves.items() if m in registered}
+    stacks = {m: st for m, st in cohort.stacks.items() if m in registered
+              and cohort.families.get(m) != BASELINE_FAMILY}  # never the Prior baseline
     latest = tracking.alias_for(cohort.slices[-1])
     out: dict[str, str] = {}
     for h in horizons:
         alias = alias_for_horizon(h)
-        ranked = [s for s in advisor.rank_for_horizon(curves, h, cohort.higher_is_better) if math.isfinite(s.mean)] \
-            if curves else []
+        ranked = [s for s in advisor.rank_for_horizon(stacks, h, cohort.higher_is_better) if math.isfinite(s.mean)] \
+            if stacks else []
         target = None
         for pick in ranked:  # the leader, or the next one when the leader has no version to point at
             name = tracking.registered_name(dataset, pick.model)

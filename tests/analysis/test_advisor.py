@@ -1,11 +1,12 @@
 import numpy as np
 import pytest
 
-from driftmatrix.analysis import advisor, forgetting
+from driftmatrix.analysis import advisor
 
 
-def toeplitz(curve, k=3):
+def toeplitz(curve):
     """Matrix whose forgetting curve is exactly ``curve`` (backward cells empty)."""
+    k = len(curve)
     m = np.full((k, k), np.nan)
     for i in range(k):
         for j in range(i, k):
@@ -14,47 +15,48 @@ def toeplitz(curve, k=3):
 
 
 @pytest.fixture
-def curves():
-    # A: 90, 70, 50 (sharp, strong start); B: 80, 75, 70 (flat)
-    # H=1: A 90 > B 80; H=2: A 80 > B 77.5; H=3: A 70 < B 75 -> B takes over at H=3
-    a = np.stack([toeplitz([90, 70, 50]), toeplitz([92, 72, 52])])
-    b = toeplitz([80, 75, 70])
-    return {"A": forgetting.seed_curves(a), "B": forgetting.seed_curves(b)}
+def stacks():
+    # Served scores over periods 1..3 (period j by the latest retrain before j; lag 0 never served)
+    # A: sharp, seeds (90, 84, 72, 50) and (92, 86, 74, 52): H=1 85, H=2 (84+72+84)/3 = 81, H=3 69.7
+    # B: flat (80, 76, 72, 68): H=1 76, H=2 74.7, H=3 72 -> B takes over at H=3
+    a = np.stack([toeplitz([90, 84, 72, 50]), toeplitz([92, 86, 74, 52])])
+    return {"A": a, "B": toeplitz([80, 76, 72, 68])[None]}
 
 
-def test_horizon_score_with_seed_uncertainty(curves):
-    s = advisor.horizon_score(curves["A"], 2)
+def test_horizon_score_with_seed_uncertainty(stacks):
+    s = advisor.horizon_score(stacks["A"], 2)
     assert s.mean == pytest.approx(81.0)  # seeds: 80 and 82
     assert s.std == pytest.approx(np.sqrt(2.0))
-    assert np.isnan(advisor.horizon_score(curves["B"], 2).std)  # single seed
+    assert np.isnan(advisor.horizon_score(stacks["B"], 2).std)  # single seed
 
 
-def test_rank_and_crossover(curves):
-    assert [s.model for s in advisor.rank_for_horizon(curves, 3)] == ["B", "A"]
-    lead = advisor.leaders(curves)
+def test_rank_and_crossover(stacks):
+    assert [s.model for s in advisor.rank_for_horizon(stacks, 3)] == ["B", "A"]
+    lead = advisor.leaders(stacks)
     assert [s.model for s in lead] == ["A", "A", "B"]
     assert advisor.crossovers(lead) == [advisor.Crossover(3, "A", "B")]
 
 
-def test_lower_is_better_prefers_small(curves):
-    assert advisor.rank_for_horizon(curves, 1, higher_is_better=False)[0].model == "B"
+def test_lower_is_better_prefers_small(stacks):
+    assert advisor.rank_for_horizon(stacks, 1, higher_is_better=False)[0].model == "B"
 
 
-def test_horizon_must_be_positive(curves):
+def test_horizon_must_be_positive(stacks):
     with pytest.raises(ValueError):
-        advisor.horizon_score(curves["A"], 0)
+        advisor.horizon_score(stacks["A"], 0)
 
 
-def test_cadence_is_the_longest_horizon_within_the_tolerance(curves):
-    # A: fresh 91, expected 81 at H=2, 71 at H=3; B: fresh 80, 77.5 at H=2, 75 at H=3
-    assert advisor.cadence("B", curves["B"], 2.5) == advisor.Cadence("B", 2, 80.0, 77.5)
-    assert advisor.cadence("B", curves["B"], 5.0).horizon == 3
-    assert advisor.cadence("A", curves["A"], 5.0).horizon == 1  # already 10 points down at H=2
-    assert advisor.cadence("A", curves["A"], 0.0).expected == pytest.approx(91.0)
-    lower = {"L": forgetting.seed_curves(toeplitz([1.0, 1.5, 3.0]))}  # a loss: higher is worse
-    assert advisor.cadence("L", lower["L"], 0.3, higher_is_better=False).horizon == 2
+def test_cadence_is_the_longest_horizon_within_the_tolerance(stacks):
+    # against retraining every period: A 85, 81 at H=2, 69.7 at H=3; B 76, 74.7 at H=2, 72 at H=3
+    c = advisor.cadence("B", stacks["B"], 2.5)
+    assert (c.model, c.horizon, c.every_period, c.expected) == ("B", 2, 76.0, pytest.approx(224 / 3))
+    assert advisor.cadence("B", stacks["B"], 5.0).horizon == 3
+    assert advisor.cadence("A", stacks["A"], 3.0).horizon == 1  # already 4 points down at H=2
+    assert advisor.cadence("A", stacks["A"], 0.0).expected == pytest.approx(85.0)
+    lower = toeplitz([1.0, 1.5, 1.6, 3.0])[None]  # a loss: H=1 1.5, H=2 1.53, H=3 2.03
+    assert advisor.cadence("L", lower, 0.3, higher_is_better=False).horizon == 2
     with pytest.raises(ValueError):
-        advisor.cadence("A", curves["A"], -1)
+        advisor.cadence("A", stacks["A"], -1)
 
 
 def test_recommend_prints_the_cadence_per_model(tmp_path):

@@ -37,9 +37,10 @@ def _write(folder, name, curves, published=False):
 @pytest.fixture
 def folders(tmp_path):
     ours, pub = tmp_path / "ours", tmp_path / "pub"
-    # CNN-S: sharp (90, 70, 50, 30); MLP-S: flat (80, 76, 72, 68)
-    # horizon means: H1 90/80, H2 80/78, H3 70/76 -> MLP-S leads from H=3
-    _write(ours, "CNN-S", [[90, 70, 50, 30], [92, 72, 52, 32]])
+    # CNN-S: sharp (90, 84, 72, 50); MLP-S: flat (80, 76, 72, 68). Served scores over periods 1-3
+    # (lag 0 never served): H1 85/76 (lag 1), H2 (84+72+84)/3 = 81/74.7, H3 (84+72+50)/3 = 69.7/72
+    # -> MLP-S leads from H=3
+    _write(ours, "CNN-S", [[90, 84, 72, 50], [92, 86, 74, 52]])
     _write(ours, "MLP-S", [[80, 76, 72, 68]])
     _write(pub, "CNN-S", [[89, 70, 50, 30]], published=True)
     return ours, pub
@@ -70,7 +71,7 @@ def test_recommend(folders):
     assert "H=3: CNN-S -> MLP-S" in res.output
     res = runner.invoke(app, ["recommend", str(folders[0]), "--horizon", "2"])
     lines = [l.split() for l in res.output.splitlines() if l.strip().startswith(("1 ", "2 "))]
-    assert lines[0][:2] == ["1", "CNN-S"] and lines[0][3] == "81.0"  # (90+70)/2, (92+72)/2
+    assert lines[0][:2] == ["1", "CNN-S"] and lines[0][3] == "81.0"  # (84+72+84)/3, (86+74+86)/3
     assert lines[0][4] == "1.4"  # seed std sqrt(2)
 
 

@@ -1,9 +1,10 @@
 """Retraining-horizon advisor.
 
-If a model is retrained every H periods, it is scored at lags 0..H-1 after each retrain, so its
-expected score is the mean of its forgetting curve over lags 0..H-1 (each lag equally likely).
-Ranking models by that number for each H shows which architecture to deploy for a given
-retraining budget; the crossovers are the horizons at which the leader changes.
+A model retrained every H periods serves period j with the model trained up to the latest
+multiple of H below j, so its expected score is the served score of ``policy.periodic`` (H = 1:
+the mean of M[j-1, j]; lag 0 is never served). Ranking models by that number for each H shows
+which architecture to deploy for a given retraining budget; the crossovers are the horizons at
+which the leader changes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from driftmatrix.analysis._nan import nanmean, nanstd
 from driftmatrix.analysis.forgetting import Curve
+from driftmatrix.analysis.policy import periodic_scores
 from driftmatrix.analysis.ranking import rank_by_score
 
 
@@ -25,26 +27,25 @@ class HorizonScore:
     std: float  # across seeds (ddof=1); NaN for a single seed / published matrices
 
 
-def horizon_score(curve: Curve, horizon: int) -> HorizonScore:
-    """Expected score when retraining every ``horizon`` periods, with its seed spread."""
-    if horizon < 1:
-        raise ValueError("horizon must be >= 1")
-    per_seed = nanmean(curve.per_seed[:, :horizon], axis=1)
+def horizon_score(stack: np.ndarray, horizon: int) -> HorizonScore:
+    """Served score when retraining every ``horizon`` periods (seed stack (S, K, K)), with its
+    seed spread."""
+    per_seed = periodic_scores(stack, horizon)
     return HorizonScore("", nanmean(per_seed), nanstd(per_seed, ddof=1))
 
 
-def rank_for_horizon(curves: Mapping[str, Curve], horizon: int,
+def rank_for_horizon(stacks: Mapping[str, np.ndarray], horizon: int,
                      higher_is_better: bool = True) -> list[HorizonScore]:
-    scores = {m: horizon_score(c, horizon) for m, c in curves.items()}
+    scores = {m: horizon_score(st, horizon) for m, st in stacks.items()}
     order = rank_by_score({m: s.mean for m, s in scores.items()}, higher_is_better)
     return [HorizonScore(m, scores[m].mean, scores[m].std) for m in order]
 
 
-def leaders(curves: Mapping[str, Curve], higher_is_better: bool = True,
+def leaders(stacks: Mapping[str, np.ndarray], higher_is_better: bool = True,
             max_horizon: int | None = None) -> list[HorizonScore]:
-    """Best model for H = 1..max_horizon (default: the longest lag any curve reaches)."""
-    n = max_horizon or max(len(c.mean) for c in curves.values())
-    return [rank_for_horizon(curves, h, higher_is_better)[0] for h in range(1, n + 1)]
+    """Best model for H = 1..max_horizon (default: K - 1, beyond which nothing is retrained)."""
+    n = max_horizon or max(max(st.shape[-1] - 1 for st in stacks.values()), 1)
+    return [rank_for_horizon(stacks, h, higher_is_better)[0] for h in range(1, n + 1)]
 
 
 def lag_leaders(curves: Mapping[str, Curve], higher_is_better: bool = True) -> list[HorizonScore]:
@@ -66,26 +67,25 @@ def lag_leaders(curves: Mapping[str, Curve], higher_is_better: bool = True) -> l
 @dataclass(frozen=True)
 class Cadence:
     model: str
-    horizon: int  # longest H whose expected score stays within the tolerance of a fresh model's
-    fresh: float  # F(0): the in-distribution score right after a retrain
-    expected: float  # the expected score when retrained every ``horizon`` periods
+    horizon: int  # longest H whose expected score stays within the tolerance of retraining every period
+    every_period: float  # served score when retrained every period (H = 1)
+    expected: float  # the served score when retrained every ``horizon`` periods
 
 
-def cadence(model: str, curve: Curve, tolerance: float, higher_is_better: bool = True) -> Cadence:
-    """How rarely ``model`` may be retrained: the longest horizon H whose expected score (mean of
-    the forgetting curve over lags 0..H-1) is within ``tolerance`` of F(0), the fresh model's.
-    H is at least 1 (retrain every period) and at most the longest lag the curve reaches."""
+def cadence(model: str, stack: np.ndarray, tolerance: float, higher_is_better: bool = True) -> Cadence:
+    """How rarely ``model`` may be retrained: the longest horizon H whose served score is within
+    ``tolerance`` of retraining every period. H is at least 1 and at most K - 1 (train once)."""
     if tolerance < 0:
         raise ValueError("tolerance must be >= 0")
-    fresh, best = float(curve.mean[0]), 1
-    for h in range(1, len(curve.mean) + 1):
-        expected = horizon_score(curve, h).mean
-        loss = fresh - expected if higher_is_better else expected - fresh
+    first, best = horizon_score(stack, 1).mean, 1
+    for h in range(2, stack.shape[-1]):
+        expected = horizon_score(stack, h).mean
+        loss = first - expected if higher_is_better else expected - first
         if np.isfinite(loss) and loss <= tolerance + 1e-12:
             best = h
         else:
             break
-    return Cadence(model, best, fresh, float(horizon_score(curve, best).mean))
+    return Cadence(model, best, float(first), float(horizon_score(stack, best).mean))
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,10 @@ class Cohort:
         return {m: d.mean for m, d in self.models.items()}
 
     @cached_property
+    def stacks(self) -> dict[str, np.ndarray]:
+        return {m: d.seed_values for m, d in self.models.items()}
+
+    @cached_property
     def families(self) -> dict[str, str | None]:
         return {m: d.family for m, d in self.models.items()}
 

@@ -127,14 +127,15 @@ def _sections(cohort, audit_href: str | None, dpi: int, decay=None) -> list[tupl
         ["family", "in-distribution", "future", "decay", "TD score"],
         [(f, v["in_distribution"], v["future"], v["decay"], v["td_score"]) for f, v in fs.items()], d,
         td_col=4)))
-    lead = advisor.leaders(cohort.curves, cohort.higher_is_better)
+    lead = advisor.leaders(cohort.stacks, cohort.higher_is_better)
     spans = [(span, m, fam[m] or "-", a, b) for span, m, a, b in advisor.leader_spans(lead, 1)]
     cross = advisor.crossovers(lead)
     lag_spans = [(span, m, fam[m] or "-", a, b) for span, m, a, b in
                  advisor.leader_spans(advisor.lag_leaders(cohort.curves, cohort.higher_is_better), 0)]
     out.append(("advisor", "Retraining-horizon advisor", (
-        "<p>A model retrained every H slices is scored at lags 0..H&minus;1, so its expected score is "
-        "the mean of its forgetting curve over those lags. Best model for each H:</p>"
+        "<p>A model retrained every H slices serves slice j with the model trained up to the latest "
+        "retrain before j (never on its own training slice); its expected score is the mean over the "
+        "slices it serves. Best model for each H:</p>"
         + _table(["H", "leader", "family", "expected at first H", "at last H"], spans, d)
         + "<p>Crossovers: " + (", ".join(f"H={c.horizon}: {html.escape(c.previous)} &rarr; "
                                          f"{html.escape(c.to)}" for c in cross) or "none") + ".</p>"

@@ -61,11 +61,11 @@ def horizon_ranking(cohort, horizon: int) -> str:
     from driftmatrix.analysis import advisor
 
     d = decimals_for(cohort.unit)
-    ranked = advisor.rank_for_horizon(cohort.curves, horizon, cohort.higher_is_better)
+    ranked = advisor.rank_for_horizon(cohort.stacks, horizon, cohort.higher_is_better)
     rows = [(k + 1, s.model, cohort.families.get(s.model) or "-", s.mean, s.std)
             for k, s in enumerate(ranked)]
-    head = (f"Expected {cohort.metric} when retrained every {horizon} period(s) "
-            f"(mean of the forgetting curve over lags 0..{horizon - 1}; std across seeds):")
+    head = (f"Expected {cohort.metric} when retrained every {horizon} period(s) (served score: period j "
+            f"scored by the model trained up to the latest multiple of {horizon} before j; std across seeds):")
     return head + "\n" + table(["rank", "model", "family", "expected", "seed std"], rows, d)
 
 
@@ -75,14 +75,14 @@ def cadences(cohort, tolerance: float) -> str:
 
     d = decimals_for(cohort.unit)
     rows = []
-    for model, curve in cohort.curves.items():
-        c = advisor.cadence(model, curve, tolerance, cohort.higher_is_better)
-        rows.append((c.model, cohort.families.get(model) or "-", c.horizon, c.fresh, c.expected))
+    for model, stack in cohort.stacks.items():
+        c = advisor.cadence(model, stack, tolerance, cohort.higher_is_better)
+        rows.append((c.model, cohort.families.get(model) or "-", c.horizon, c.every_period, c.expected))
     rows.sort(key=lambda r: (r[1] == "Baseline", -r[2], -r[4] if cohort.higher_is_better else r[4]))
     unit = f" ({cohort.unit})" if cohort.unit else ""
-    head = (f"Retrain every H periods, H as long as the expected {cohort.metric} stays within {tolerance:g} "
-            f"points{unit} of a freshly trained model (F(0)); baselines last:")
-    return head + "\n" + table(["model", "family", "H", "fresh F(0)", "expected over H"], rows, d)
+    head = (f"Retrain every H periods, H as long as the served {cohort.metric} stays within {tolerance:g} "
+            f"points{unit} of retraining every period; baselines last:")
+    return head + "\n" + table(["model", "family", "H", "every period", "every H"], rows, d)
 
 
 def horizon_leaders(cohort) -> str:
@@ -91,10 +91,10 @@ def horizon_leaders(cohort) -> str:
 
     d = decimals_for(cohort.unit)
     fam = cohort.families
-    lead = advisor.leaders(cohort.curves, cohort.higher_is_better)
+    lead = advisor.leaders(cohort.stacks, cohort.higher_is_better)
     rows = [(span, m, fam.get(m) or "-", a, b) for span, m, a, b in advisor.leader_spans(lead, 1)]
     out = [f"Best model by retraining horizon H (retrain every H periods; expected {cohort.metric} ="
-           f" mean of the forgetting curve over lags 0..H-1):",
+           f" its served score, period j by the model of the latest retrain before j):",
            table(["H", "leader", "family", "expected at first H", "at last H"], rows, d),
            "", "Crossovers (the leader changes at horizon H):"]
     cross = advisor.crossovers(lead)
@@ -106,6 +106,42 @@ def horizon_leaders(cohort) -> str:
                 f"forgetting curve F(L)):",
             table(["L", "leader", "family", "F at first L", "at last L"], lag_rows, d)]
     return "\n".join(out)
+
+
+def policies(cohort, runs, rec, cost: float = 0.0, budget=None) -> str:
+    """Per model: never, the best periodic cadence for the price of a retrain, the hindsight oracle
+    with as many retrains, each trigger with its tau chosen causally; the Pareto frontier across
+    models; the recommended pair in words."""
+    from driftmatrix.analysis import policy
+
+    d, sign = decimals_for(cohort.unit), 1.0 if cohort.higher_is_better else -1.0
+    triggers = [t for t in policy.SIGNALS if any(r.policy == t for rs in runs.values() for r in rs)]
+    heads = ["model", "family", "never", "H", "retrains", "every H", "oracle, same retrains"]
+    heads += [f"{t} {what}" for t in triggers for what in ("retrains", "score")]
+    rows, front = [], []
+    for model, rs in runs.items():
+        fam = cohort.families.get(model) or "-"
+        if not rs:
+            rows.append((model, fam, "nothing served") + ("-",) * (len(heads) - 3))
+            continue
+        by = {(r.policy, r.param): r for r in rs}
+        per = [r for r in rs if r.policy == "periodic"] or [by["never", None]]
+        p = per[policy.pick_best([sign * r.score for r in per], [r.retrains for r in per], cost, budget)]
+        k = min(int(p.retrains), max(r.param for r in rs if r.policy == "oracle"))
+        trig = [by.get((t, policy.NESTED)) for t in triggers]
+        rows.append((model, fam, by["never", None].score, p.param or "-", p.retrains, p.score,
+                     by["oracle", k].score, *(x for r in trig for x in ((r.retrains, r.score) if r else "--"))))
+        front += [(model, r) for r in rs if policy.deployable(r)]
+    keep = policy.pareto([r.retrains for _, r in front], [sign * r.score for _, r in front])
+    frontier = [(m, policy.describe(r), r.retrains, r.score, r.std)
+                for m, r in sorted((front[i] for i in keep), key=lambda mr: mr[1].retrains)]
+    within = f" within {budget} retrains" if budget is not None else ""
+    return "\n".join([
+        f"Served {cohort.metric} per model (mean over the periods a policy serves, never lag 0); H: the periodic "
+        f"cadence best at {cost:g} points per retrain{within}; triggers: tau chosen on earlier periods only:",
+        table(heads, rows, d), "",
+        "Pareto frontier across models (fewest retrains for each score; the oracle for every k is in policies.csv):",
+        table(["model", "policy", "retrains", "score", "seed std"], frontier, d), "", rec.text])
 
 
 def comparison_table(comparisons) -> str:
