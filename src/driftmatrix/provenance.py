@@ -12,15 +12,12 @@ computed it; a cell's key adds the code and format that score it. So:
   it once, records it beside the checkpoints, ships it to every worker, and each worker checks
   that it computes the key it was handed. Later stages read the recorded one instead of resolving
   their own, so a key never depends on which machine runs ``matrices`` or ``status``.
-- **Libraries beyond torch and numpy** key only the units they compute: scikit-learn, skops,
-  scipy, LightGBM for tabular models (``models.custom.library_versions``), transformers,
-  tokenizers or timm and the encoder's weights by content for the models that read its features
-  (``features.cache.encoder_identity``). Versions come from package metadata, cached per process.
+- **Other libraries** key only the units they compute: scipy, scikit-learn, LightGBM for tabular
+  models (``models.custom.library_versions``); transformers, tokenizers or timm, and the encoder's
+  weights by content, for those that read its features (``features.cache.features_identity``).
 - **Hardware** (CPU instruction set and model, GPU model) is recorded with each unit and names
-  its run, not its key: oneDNN picks kernels per instruction set, so the same unit computed on
-  two CPUs can differ in the last bits. A sync supersedes a unit's run of other weights only when
-  the same project computed it on the same hardware (``tracking.plan_runs``): clones on other
-  CPUs keep their own runs and versions.
+  its run, not its key: oneDNN picks kernels per instruction set, so CNNs can differ in the last
+  bits across CPUs, and a sync supersedes only runs of the same hardware (``tracking.plan_runs``).
 """
 
 from __future__ import annotations

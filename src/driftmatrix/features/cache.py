@@ -83,10 +83,8 @@ def needed(model_names: Iterable[str], cfg: EmbedConfig) -> dict[str, bool]:
 
 
 def features_identity(encoder: str, cfg: EmbedConfig) -> tuple[str, Any, dict[str, str], str]:
-    """What computes an encoder's cached features: (name, weights, library versions, extent).
-    The weights are an ``embed.sources`` path by content (``provenance.content_digest``: a changed
-    weight or config file changes them, a moved folder does not), else the source's name (a hub
-    id; the bundled copy is the same weights)."""
+    """What computes an encoder's features: (name, weights, library versions, extent); the weights
+    are an ``embed.sources`` path by content, else the hub id (the bundled copy is the same weights)."""
     from driftmatrix.provenance import content_digest, package_version
 
     info = encoders.info_for(encoder)
