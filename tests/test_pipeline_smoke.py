@@ -92,7 +92,7 @@ def test_one_finished_run_per_model_cutoff_seed_with_tags(finished):
 
 def test_registry_alias_resolves_to_a_model_that_predicts(finished):
     params, paths = finished
-    model = load_registered("tiny", "CNN-S", "1952")
+    model = load_registered(training.planned_unit(params, "CNN-S", "1952", 0, paths.slices, paths.checkpoints))
     version = MlflowClient().get_model_version_by_alias("tiny.CNN-S", "cutoff-1952")
     assert version.tags["cutoff"] == "1952" and version.tags["seed"] == "0"
     assert MlflowClient().get_model_version_by_alias("tiny.CNN-S", "cutoff-1952-seed-1").tags["seed"] == "1"

@@ -255,3 +255,49 @@ def test_relative_imports_count_as_imports(fake_package):
     (fake_package / "util.py").write_text("def f():\n    pass\n")
     assert set(provenance.model_code("driftmatrix.models.net", False)) == {
         "driftmatrix.models", "driftmatrix.models.net", "driftmatrix.models.parts", "driftmatrix.util"}
+
+
+# --- libraries beyond torch and numpy key only the units they compute --------------------------
+KEYED_MODELS = ("MLP-S", "CNN-S", "Prior", "LogReg", "HistGBT", "LightGBM", "MLP-Tab", "FFN-S", "MiniLM-L6",
+                "CLIP-B32", "DINOv2-S", "EffNet-L0")
+
+
+def plan_keys(embed=None) -> dict[str, list[str]]:
+    """Every unit key of :data:`KEYED_MODELS` on a two-slice manifest (no data needed)."""
+    from driftmatrix.training import model_plan
+
+    params = parse_params({"dataset": {"name": "toy"}, "models": {m: {} for m in KEYED_MODELS},
+                           **({"embed": embed} if embed else {})})
+    manifest = {"dataset": {"name": "toy", "task": "binary", "input_kind": "image", "class_names": ["F", "M"]},
+                "slices": [{"index": 0, "label": "2000", "hash": "h0"}, {"index": 1, "label": "2001", "hash": "h1"}]}
+    env = Environment("fp32", "cpu", 1, {"torch": "t", "numpy": "n"})
+    return {m: [u.key for u in model_plan(params, m, manifest, env).units] for m in KEYED_MODELS}
+
+
+@pytest.mark.parametrize("library, rekeyed", [
+    ("scipy", {"LogReg", "HistGBT"}),  # scikit-learn's solvers and losses
+    ("scikit-learn", {"LogReg", "HistGBT", "LightGBM", "MLP-Tab"}),  # every tabular model's preprocessing
+    ("transformers", {"FFN-S", "MiniLM-L6", "CLIP-B32"}),  # RoBERTa's token states, MiniLM, CLIP's tower
+    ("tokenizers", {"FFN-S", "MiniLM-L6"}),  # the text encoders' token ids
+    ("timm", {"DINOv2-S", "EffNet-L0"}),  # timm backbones
+    ("lightgbm", {"LightGBM"}),
+])
+def test_a_library_version_rekeys_exactly_the_units_it_computes(monkeypatch, library, rekeyed):
+    before = plan_keys()
+    real = provenance.package_version
+    monkeypatch.setattr(provenance, "package_version", lambda dist: "0.0.other" if dist == library else real(dist))
+    after = plan_keys()
+    assert {m for m in KEYED_MODELS if before[m] != after[m]} == rekeyed
+    assert all(not set(before[m]) & set(after[m]) for m in rekeyed)  # every unit of theirs, not some
+    assert plan_keys() == after  # the versions are read once: stable within the process
+
+
+def test_library_versions_come_from_package_metadata():
+    from importlib import metadata
+
+    from driftmatrix.models.custom import library_versions
+
+    assert provenance.package_version("scipy") == metadata.version("scipy")
+    assert provenance.package_version("no-such-distribution-here") == "absent"
+    assert library_versions("LogReg", {})["scipy"] == metadata.version("scipy")
+    assert "scipy" not in library_versions("LightGBM", {}) and "scipy" not in library_versions("MLP", {})

@@ -84,6 +84,11 @@ def registered(tmp_path_factory, tiny_params):
             os.environ["MLFLOW_TRACKING_URI"] = saved
 
 
+def _unit(params, paths, cutoff):
+    """The plan's MLP-S unit trained up to ``cutoff`` (seed 0): what a registry version is loaded by."""
+    return training.planned_unit(params, "MLP-S", cutoff, 0, paths.slices, paths.checkpoints)
+
+
 PYTORCH_MLMODEL = ("flavors:\n  pytorch:\n    model_data: data\n    pickle_module_name: pickle\n"
                    "    serialization_format: pickle\n")
 
@@ -199,23 +204,23 @@ def test_loading_and_predicting_never_call_pickle(registered, monkeypatch):
     model = mlflow.pyfunc.load_model("models:/tiny.MLP-S@cutoff-1951")
     images = np.load(paths.slices / "images.npy", allow_pickle=False)[:4]
     assert model.predict(images).shape == (4, 2)
-    assert tracking.load_registered("tiny", "MLP-S", "1951") is not None
+    assert tracking.load_registered(_unit(params, paths, "1951")) is not None
     assert calls == []
 
 
 # Last of the registry tests: it tampers with the store the module's fixture made.
 def test_a_crafted_pickle_in_the_artifact_store_is_never_executed(registered):
-    tmp, params, _ = registered
+    tmp, params, paths = registered
     tracking.configure(params.tracking)
-    cutoff = "1950"
-    assert tracking.load_registered("tiny", "MLP-S", cutoff) is not None  # intact: loads
+    unit = _unit(params, paths, "1950")
+    assert tracking.load_registered(unit) is not None  # intact: loads
     logged = _logged_models(tmp)
     assert logged, "no logged models found in the artifact store"
     marker = tmp / "pwned"
     originals = {m: (m / "MLmodel").read_text() for m in logged}
     for model in logged:  # everywhere the store holds a model: pickles beside it ...
         plant_beside(model, marker, mlmodel=False)
-    assert tracking.load_registered("tiny", "MLP-S", cutoff) is not None  # ... are never read
+    assert tracking.load_registered(unit) is not None  # ... are never read
     for crafted_mlmodel in (PYTORCH_MLMODEL,  # ... nor when its MLmodel is replaced: another flavour,
                             originals[logged[0]].replace("model_code_path: pyfunc_model.py",  # other code,
                                                          "model_code_path: evil.py"),
@@ -226,12 +231,12 @@ def test_a_crafted_pickle_in_the_artifact_store_is_never_executed(registered):
             (model / "MLmodel").write_text(crafted_mlmodel)
             (model / "evil.py").write_text(f"open({str(marker)!r}, 'w')\n")
         with pytest.raises(serving.NotAModel, match="refused before loading"):
-            tracking.load_registered("tiny", "MLP-S", cutoff)
+            tracking.load_registered(unit)
     for model in logged:
         (model / "MLmodel").write_text(originals[model])
         crafted(model / "artifacts" / "model.safetensors", marker)  # ... and in place of its weights
     with pytest.raises(Exception, match=r"(?i)header|safetensor|deserializ"):
-        tracking.load_registered("tiny", "MLP-S", cutoff)
+        tracking.load_registered(unit)
     assert not marker.exists()
 
 

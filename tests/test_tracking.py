@@ -363,3 +363,134 @@ def test_syncs_of_one_local_store_take_turns(tmp_path):
             other.wait(timeout=3)
     assert other.communicate(timeout=60)[0] == "locked\n" and other.returncode == 0
     assert list(tmp_path.iterdir()) == []
+
+
+# --- two clones on one store: runs and versions are named by what computed them -----------------
+CPU_A = {"precision": "fp32", "device": "cpu", "threads": 1, "libraries": {"torch": "2.14.1"},
+         "hardware": "x86_64 AVX512 (Intel Xeon Platinum 8481C)"}
+CPU_B = {**CPU_A, "hardware": "x86_64 AVX2 (AMD EPYC 7B13)"}
+
+
+def _two_clones(tmp_path, monkeypatch, projects=("clone-a", "clone-b"), model="M"):
+    """Clones that key the same units but computed them on different CPUs (weights that differ in
+    the last bits), synced into one store in turn: (records and run ids of each, sync)."""
+    a, fa = _units(tmp_path / "a", weights=b"w\x00", environment=CPU_A, model=model)
+    b, fb = _units(tmp_path / "b", weights=b"w\x01", environment=CPU_B, model=model)
+    cfg = _cfg(tmp_path)
+
+    def sync(k: int) -> dict[str, str]:
+        monkeypatch.setenv(tracking.PROJECT_ENV, projects[k])
+        records, folders = ((a, fa), (b, fb))[k]
+        return tracking.sync_units(cfg, "d", model, records, folders)
+
+    return (a, sync(0)), (b, sync(1)), sync
+
+
+@pytest.mark.parametrize("projects", [("host-a:/work/drift", "host-b:/work/drift"), ("team", "team")],
+                         ids=["two-projects", "one-shared-project-name"])
+def test_two_clones_on_different_cpus_never_supersede_each_other(mlflow_store, tmp_path, monkeypatch, projects):
+    """Before, each sync deleted the other clone's runs as superseded (same keys, other weights).
+    Now every sync of either clone keeps both clones' runs and versions as they were, also when
+    the clones share a project name (``DRIFTMATRIX_PROJECT``): a run of the same unit with other
+    weights is superseded only when computed on the same hardware."""
+    import mlflow
+    from mlflow.entities import ViewType
+
+    (a, ids_a), (b, ids_b), sync = _two_clones(tmp_path, monkeypatch, projects)
+    assert set(ids_a) == set(ids_b) and set(ids_a.values()).isdisjoint(ids_b.values())
+    for _ in range(2):
+        assert sync(0) == ids_a and sync(1) == ids_b  # the same runs, every time
+    client = mlflow.MlflowClient()
+    exp_id = client.get_experiment_by_name("sync").experiment_id
+    runs = client.search_runs([exp_id], "tags.kind = 'cutoff'", run_view_type=ViewType.ALL)
+    assert sorted(r.info.run_id for r in runs) == sorted([*ids_a.values(), *ids_b.values()])
+    assert all(r.info.lifecycle_stage == "active" and "superseded_by" not in r.data.tags for r in runs)
+    versions = {v.run_id: v for v in client.search_model_versions("name = 'd.M'")}
+    assert set(versions) == {*ids_a.values(), *ids_b.values()}  # one version per run of each clone
+    for records, ids, env in ((a, ids_a, CPU_A), (b, ids_b, CPU_B)):
+        for r in records:
+            tags = versions[ids[r["unit"]["key"]]].tags
+            assert (tags["hardware"], tags["weights_digest"]) == (env["hardware"], r["weights_digest"])
+
+
+def test_weights_retrained_on_the_same_hardware_supersede_that_run(mlflow_store, tmp_path, monkeypatch):
+    """The rule that spares other CPUs' runs still retires a project's own run of old weights."""
+    import mlflow
+
+    (a, ids_a), _, _ = _two_clones(tmp_path, monkeypatch)
+    monkeypatch.setenv(tracking.PROJECT_ENV, "clone-a")
+    again, folders = _units(tmp_path / "a2", weights=b"w\x02", environment=CPU_A)
+    redone = tracking.sync_units(_cfg(tmp_path), "d", "M", again, folders)
+    client = mlflow.MlflowClient()
+    for key, run_id in ids_a.items():
+        old = client.get_run(run_id)
+        assert redone[key] != run_id and old.info.lifecycle_stage == "deleted"
+        assert old.data.tags["superseded_by"].startswith(key)
+
+
+def test_a_unit_loads_only_from_a_version_of_its_key_and_weights(mlflow_store, tmp_path, monkeypatch):
+    """``registered_version`` resolves a unit by key (and by the weights its scores came from),
+    this project's version first; a version of another key in the unit's slot (an old
+    configuration, another clone's) is never used, and the error says which and why in one line."""
+    from dataclasses import replace
+
+    import mlflow
+
+    from driftmatrix.units import Unit
+
+    (a, ids_a), (b, ids_b), _ = _two_clones(tmp_path, monkeypatch)
+    client = mlflow.MlflowClient()
+    unit = Unit("d", "M", "F", 0, 0, "1950", (0,), "k-1950-0")
+    assert tracking.registered_version(client, unit).run_id == ids_b["k-1950-0"]  # clone-b's own, by project
+    assert tracking.registered_version(client, unit, a[0]["weights_digest"]).run_id == ids_a["k-1950-0"]
+    monkeypatch.setenv(tracking.PROJECT_ENV, "clone-a")
+    assert tracking.registered_version(client, unit).run_id == ids_a["k-1950-0"]
+    assert tracking.registered_version(client, unit, b[0]["weights_digest"]).run_id == ids_b["k-1950-0"]
+
+    with pytest.raises(LookupError) as err:
+        tracking.registered_version(client, replace(unit, key="0123456789ab"))
+    line = str(err.value)
+    assert "\n" not in line and line.startswith("M seed 0 cutoff 1950: the MLflow registry did not give a model "
+                                                "(d.M version ")
+    assert "has unit key k-1950-0, this plan's is 0123456789ab" in line and line.endswith(": not used)")
+    with pytest.raises(LookupError, match=r"^M seed 0 cutoff 1950: .*d\.M version \d+ holds this unit but weights "
+                                          r"\w{12} \(computed on x86_64 AVX.*\), its scores came from ffffffffffff: "
+                                          r"not used\)$"):
+        tracking.registered_version(client, unit, "f" * 64)
+    with pytest.raises(LookupError, match=r"^M seed 2 cutoff 1950: .*\(d\.M has no version of unit k-1950-2\)$"):
+        tracking.registered_version(client, replace(unit, seed=2, key="k-1950-2"))
+
+
+def test_annotate_touches_only_this_projects_versions_of_the_plan(mlflow_store, tmp_path, monkeypatch):
+    """The report stage's registry notes (scores, descriptions, the advisor's alias) go on this
+    project's versions of the matrices' own units only: never on another clone's versions of the
+    same registered model, nor on a version of another configuration left in a unit's slot."""
+    import mlflow
+    import numpy as np
+
+    from driftmatrix import registry_info
+    from driftmatrix.analysis.matrixfile import DriftMatrices
+    from driftmatrix.analysis.tables import Cohort
+    from driftmatrix.config import parse_params
+
+    (a, ids_a), (b, ids_b), _ = _two_clones(tmp_path, monkeypatch, model="MLP-S")
+    client = mlflow.MlflowClient()
+    old = client.create_model_version("d.MLP-S", f"runs:/{ids_a['k-1950-0']}/model", run_id=ids_a["k-1950-0"],
+                                      tags={"unit_key": "k-old", "cutoff": "1950", "seed": "0",
+                                            tracking.PROJECT_TAG: "clone-a"})
+    keys = [[f"k-{c}-{s}" for c in ("1950", "1951")] for s in (0, 1)]
+    matrices = DriftMatrices(model="MLP-S", slices=["1950", "1951"], dataset="d", seeds=[0, 1],
+                             seed_values=np.array([[[90.0, 80.0], [85.0, 88.0]], [[91.0, 79.0], [86.0, 87.0]]]),
+                             extra={"unit_keys": keys})
+    cfg = _cfg(tmp_path)
+    params = parse_params({"dataset": {"name": "d"}, "models": {"MLP-S": {}},
+                           "tracking": {"uri": cfg.uri, "experiment": cfg.experiment, "artifact_root": cfg.artifact_root}})
+    monkeypatch.setenv(tracking.PROJECT_ENV, "clone-a")
+    done = registry_info.annotate(params, Cohort({"MLP-S": matrices}))
+    versions = client.search_model_versions("name = 'd.MLP-S'")
+    noted = {v.run_id for v in versions if "in_distribution" in v.tags or v.description}
+    assert noted == set(ids_a.values()) and len(versions) == 9
+    assert not client.get_model_version("d.MLP-S", old.version).description
+    version = client.get_model_version_by_alias("d.MLP-S", "recommended-h1")
+    assert version.run_id == ids_a["k-1951-0"] and done["aliases"] == {"recommended-h1": f"d.MLP-S/{version.version}"}
+    assert version.tags["in_distribution"] == "88"  # M[1, 1] of seed 0

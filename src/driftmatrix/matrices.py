@@ -38,7 +38,7 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
 
     ``docs``: unit key -> score document (``evaluation.ScoreStore``); ``metric``: the task's
     ``tasks.Metric``. ``extra`` carries the cells' n_eval (of the first seed), the window, the
-    precision and how many cells are missing.
+    precision, how many cells are missing and the unit key of every (seed, cutoff).
     """
     from driftmatrix.evaluation import current_row
 
@@ -56,7 +56,8 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
         higher_is_better=metric.higher_is_better, dataset=dataset, family=plan.units[0].family,
         seeds=list(plan.seeds),
         extra={"metric_key": metric.key, "n_eval": n_eval.tolist(), "window": plan.window.name,
-               "precision": precision, "missing_cells": missing})
+               "precision": precision, "missing_cells": missing,
+               "unit_keys": [[plan.unit(s, i).key for i in range(K)] for s in plan.seeds]})
 
 
 def read_model(params: Params, model: str, manifest: Mapping[str, Any],

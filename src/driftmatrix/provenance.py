@@ -12,8 +12,12 @@ computed it; a cell's key adds the code and format that score it. So:
   it once, records it beside the checkpoints, ships it to every worker, and each worker checks
   that it computes the key it was handed. Later stages read the recorded one instead of resolving
   their own, so a key never depends on which machine runs ``matrices`` or ``status``.
-- **Hardware** (CPU instruction set, GPU model) is recorded with each unit but not keyed: oneDNN
-  picks kernels per instruction set, so CNNs can differ in the last bits across CPUs.
+- **Other libraries** key only the units they compute: scipy, scikit-learn, LightGBM for tabular
+  models (``models.custom.library_versions``); transformers, tokenizers or timm, and the encoder's
+  weights by content, for those that read its features (``features.cache.features_identity``).
+- **Hardware** (CPU instruction set and model, GPU model) is recorded with each unit and names
+  its run, not its key: oneDNN picks kernels per instruction set, so CNNs can differ in the last
+  bits across CPUs, and a sync supersedes only runs of the same hardware (``tracking.plan_runs``).
 """
 
 from __future__ import annotations
@@ -143,15 +147,36 @@ def source_files(modules: Iterable[str]) -> list[str]:
 
 
 # --- environment ---------------------------------------------------------------------------------
+@functools.lru_cache(maxsize=None)
+def package_version(dist: str) -> str:
+    """Installed version of a distribution (package metadata, no import), or ``absent``."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
 def library_versions() -> dict[str, str]:
-    """Installed versions of :data:`NUMERIC_LIBRARIES` (read from package metadata, no import)."""
-    out = {}
-    for name in NUMERIC_LIBRARIES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = "absent"
-    return out
+    """Installed versions of :data:`NUMERIC_LIBRARIES`."""
+    return {name: package_version(name) for name in NUMERIC_LIBRARIES}
+
+
+_CONTENT: dict[tuple, str] = {}
+
+
+def content_digest(path: str | Path) -> str:
+    """sha256 of a weight file's or folder's contents (every file but hidden ones, by relative
+    path, size and bytes), hashed once per process while no file's size or time changes."""
+    from driftmatrix.checkpoints import file_digest
+
+    root = Path(path).resolve()
+    files = [root] if root.is_file() else sorted(
+        p for p in root.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.relative_to(root).parts))
+    stats = tuple((p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    if (root, stats) not in _CONTENT:
+        _CONTENT[root, stats] = hashlib.sha256("\n".join(
+            f"{rel}:{size}:{file_digest(p)}" for (rel, size, _), p in zip(stats, files)).encode()).hexdigest()
+    return _CONTENT[root, stats]
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,17 @@ The report stage (``driftmatrix report --track``) has both the seed-level matric
 and runs whenever the matrices change; after logging its ``matrices · <dataset>`` run it calls
 :func:`annotate`, which makes the registry agree with the matrices:
 
-- every version of ``<dataset>.<model>`` gets tags ``dataset, model, cutoff, seed, unit_key,
-  train_rows, metric, in_distribution, future_mean, decay`` (its own drift-matrix row: M[i, i],
-  the mean over j > i, their oriented difference) and a one-paragraph description with the same
-  numbers;
+- this project's versions (``tracking.PROJECT_TAG``) of the matrices' units (their unit keys) get
+  tags ``dataset, model, cutoff, seed, unit_key, train_rows, metric, in_distribution,
+  future_mean, decay`` (its own drift-matrix row: M[i, i], the mean over j > i, their oriented
+  difference) and a one-paragraph description with the same numbers; other clones' versions are
+  never touched;
 - every registered model's description says what the model is, what goes in and comes out, its
   aliases, and links the matrices run;
 - for each horizon H of ``params.yaml: advisor.horizons`` the advisor's pick (the learning model,
   never a baseline, with the best served score when retrained every H periods, as ``driftmatrix
-  recommend``) gets the
-  alias ``recommended-h<H>`` on its latest cutoff's version (lowest seed: the ``cutoff-<label>``
-  version), and no other registered model of the dataset keeps that alias. A new period moves it
+  recommend``) gets the alias ``recommended-h<H>`` on this project's version of its latest
+  cutoff's lowest-seed unit, and no other registered model of the dataset keeps that alias. A new period moves it
   to the new cutoff's version; a new leader moves it to another model.
 
 Only what differs is written, so a second run over the same matrices writes nothing.
@@ -83,12 +83,14 @@ def row_scores(values: np.ndarray, i: int, higher_is_better: bool) -> RowScores:
 
 def version_tags(matrices, version, train_rows: float | None) -> dict[str, str]:
     """The tags a version should carry, from its model's seed-level matrices (None when its cutoff
-    or seed is not in them)."""
+    or seed is not in them, or its unit key is not the one they hold there)."""
     cutoff, seed = version.tags.get("cutoff"), version.tags.get("seed")
     seeds = [int(s) for s in (matrices.seeds or [])]
     if cutoff not in matrices.slices or seed is None or not seed.lstrip("-").isdigit() or int(seed) not in seeds:
         return {}
     i, s = matrices.slices.index(cutoff), seeds.index(int(seed))
+    if "unit_keys" in matrices.extra and matrices.extra["unit_keys"][s][i] != version.tags.get("unit_key"):
+        return {}
     scores = row_scores(matrices.seed_values[s, i], i, matrices.higher_is_better)
     tags = {"dataset": matrices.dataset, "model": matrices.model, "cutoff": cutoff, "seed": seed,
             "metric": f"{matrices.metric} ({matrices.unit})" if matrices.unit else matrices.metric,
@@ -168,8 +170,9 @@ def annotate(params: Params, cohort, matrices_run: str | None = None) -> dict[st
         return {"versions": 0, "aliases": {}}
     exp_id = tracking.configure(cfg)
     client = MlflowClient()
-    dataset = params.dataset.name
+    dataset, project = params.dataset.name, tracking.project_id()
     registered: dict[str, Any] = {}
+    latest: dict[str, Any] = {}  # model -> this project's version of its latest cutoff, lowest seed
     touched = 0
     with quiet_mlflow():
         for model, matrices in cohort.models.items():
@@ -179,12 +182,16 @@ def annotate(params: Params, cohort, matrices_run: str | None = None) -> dict[st
             except MlflowException:
                 continue
             registered[model] = rm
-            versions = client.search_model_versions(f"name = {tracking.quote(name)}", max_results=100_000)
+            versions = sorted((v for v in client.search_model_versions(f"name = {tracking.quote(name)}",
+                                                                        max_results=100_000)
+                               if v.tags.get(tracking.PROJECT_TAG, project) == project), key=lambda v: int(v.version))
             rows = {r.info.run_id: r.data.metrics.get("train_rows") for r in tracking.model_runs(exp_id, model)}
             for v in versions:
                 want = version_tags(matrices, v, rows.get(v.run_id))
                 if not want:
                     continue
+                if (want["cutoff"], int(want["seed"])) == (cohort.slices[-1], min(matrices.seeds)):
+                    latest.setdefault(model, v)
                 for key, value in want.items():
                     if v.tags.get(key) != value:
                         client.set_model_version_tag(name, v.version, key, value)
@@ -200,24 +207,23 @@ def annotate(params: Params, cohort, matrices_run: str | None = None) -> dict[st
                     client.update_registered_model(name, description=text)
                 if matrices_run and rm.tags.get("matrices_run") != matrices_run:
                     client.set_registered_model_tag(name, "matrices_run", matrices_run)
-    picks = recommend(client, dataset, cohort, registered, horizons)
+    picks = recommend(client, dataset, cohort, registered, horizons, latest)
     if touched or picks:
         log.info("registry: %d version tags written; %s", touched,
                  ", ".join(f"{a} -> {p}" for a, p in picks.items()) or "no advisor alias")
     return {"versions": touched, "aliases": picks}
 
 
-def recommend(client, dataset: str, cohort, registered: Mapping[str, Any], horizons: list[int]) -> dict[str, str]:
-    """Point ``recommended-h<H>`` at the advisor's pick for each H (its latest cutoff's lowest-seed
-    version) and remove it from every other registered model of ``dataset``."""
-    from mlflow.exceptions import MlflowException
-
+def recommend(client, dataset: str, cohort, registered: Mapping[str, Any], horizons: list[int],
+              latest: Mapping[str, Any]) -> dict[str, str]:
+    """Point ``recommended-h<H>`` at the advisor's pick for each H (``latest``: model -> the
+    version to point at, this project's of its latest cutoff and lowest seed) and remove it from
+    every other registered model of ``dataset``."""
     from driftmatrix.analysis import advisor
     from driftmatrix.models.registry import BASELINE_FAMILY
 
     stacks = {m: st for m, st in cohort.stacks.items() if m in registered
               and cohort.families.get(m) != BASELINE_FAMILY}  # never the Prior baseline
-    latest = tracking.alias_for(cohort.slices[-1])
     out: dict[str, str] = {}
     for h in horizons:
         alias = alias_for_horizon(h)
@@ -225,12 +231,9 @@ def recommend(client, dataset: str, cohort, registered: Mapping[str, Any], horiz
             if stacks else []
         target = None
         for pick in ranked:  # the leader, or the next one when the leader has no version to point at
-            name = tracking.registered_name(dataset, pick.model)
-            try:
-                target = (name, str(client.get_model_version_by_alias(name, latest).version))
+            if pick.model in latest:
+                target = (tracking.registered_name(dataset, pick.model), str(latest[pick.model].version))
                 break
-            except MlflowException:
-                continue
         for model, rm in registered.items():
             name = tracking.registered_name(dataset, model)
             held = {a: str(v) for a, v in (rm.aliases or {}).items()}

@@ -8,6 +8,11 @@ version and its cutoff aliases; a unit redone under a new key supersedes the old
 soft-deleted with a ``superseded_by`` tag, version deleted, aliases moved). Because the sidecar
 is the record, a kill at any moment loses nothing: the next sync finishes the job.
 
+Runs and versions are named by unit key, weights digest, hardware and project (clone): a sync
+touches only its own project's, and supersedes a unit's run of other weights only when computed
+on the same hardware, so clones on different CPUs keep their own. :func:`load_registered`
+resolves a version by unit key and weights.
+
 Models are logged weights-only (safetensors + a JSON description) and loaded by rebuilding the
 network from the registry, so loading a registered model never unpickles anything.
 """
@@ -247,10 +252,13 @@ def _first(run) -> tuple:
 
 
 def live_runs(exp_id: str, dataset: str, model: str) -> dict[str, str]:
-    """unit key -> id of its live FINISHED run (``dataset`` is not a filter, see :func:`model_runs`)."""
+    """unit key -> id of this project's live FINISHED run of it (``dataset`` is not a filter, see
+    :func:`model_runs`)."""
     found: dict[str, str] = {}
+    project = project_id()
     for r in sorted(model_runs(exp_id, model), key=_first):
-        if r.info.lifecycle_stage == "active" and r.info.status == "FINISHED" and "unit_key" in r.data.tags:
+        if r.info.lifecycle_stage == "active" and r.info.status == "FINISHED" and "unit_key" in r.data.tags \
+                and r.data.tags.get(PROJECT_TAG, project) == project:
             found.setdefault(r.data.tags["unit_key"], r.info.run_id)
     return found
 
@@ -268,6 +276,13 @@ def unit_tags(record: Mapping[str, Any]) -> dict[str, str]:
     if record.get("weights_digest"):
         tags[WEIGHTS_TAG] = record["weights_digest"]
     return {k: str(v)[:5000] for k, v in tags.items()}
+
+
+def same_hardware(tags: Mapping[str, str], record: Mapping[str, Any]) -> bool:
+    """Whether a run or version (its ``tags``) was computed on the hardware ``record`` names
+    (where either does not say, it cannot tell: it matches)."""
+    ours, theirs = (record.get("environment") or {}).get("hardware"), tags.get("hardware")
+    return not ours or not theirs or str(ours) == theirs
 
 
 def same_weights(run, record: Mapping[str, Any]) -> bool:
@@ -289,11 +304,12 @@ def plan_runs(runs: Sequence[Any], dataset: str, wanted: Mapping[str, Mapping[st
     deleted one to restore; [(run to delete, ``superseded_by`` tag or None)]).
 
     A unit's survivor is its first FINISHED run (:func:`_first`) made from the record's weights.
-    Deleted: live duplicates, runs of older weights under the same key, runs a killed sync left
-    unfinished, and this dataset's runs of a unit redone under a new key in the same slot. Left
-    alone: RUNNING runs of live processes (another sync at work), other datasets' units, and
-    runs of other units made by another ``project`` (a clone sharing the store: its own settings'
-    runs are not this one's to supersede; runs without the tag count as this project's).
+    Deleted: live duplicates, runs of older weights under the same key computed on the same
+    hardware, runs a killed sync left unfinished, and this dataset's runs of a unit redone under a
+    new key in the same slot. Left alone: RUNNING runs of live processes (another sync at work),
+    other datasets' units, runs of the unit computed on other hardware (a machine sharing this
+    project's name), and every run another ``project`` made (a clone sharing the store keeps its
+    own, whatever its weights; runs without the tag count as this project's).
     """
     slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): k for k, r in wanted.items()}
     keep: dict[str, Any] = {}
@@ -302,14 +318,15 @@ def plan_runs(runs: Sequence[Any], dataset: str, wanted: Mapping[str, Mapping[st
         tags, active = r.data.tags, r.info.lifecycle_stage == "active"
         key, finished = tags.get("unit_key"), r.info.status == "FINISHED"
         slot = (tags.get("cutoff"), tags.get("seed"))
-        if project is not None and tags.get(PROJECT_TAG, project) != project and key not in wanted:
-            continue  # another clone's unit
+        if project is not None and tags.get(PROJECT_TAG, project) != project:
+            continue  # another clone's run
         if key in wanted and finished and same_weights(r, wanted[key]) and key not in keep:
             keep[key] = r
         elif not active or _driver_alive(r):
             continue
         elif key in wanted and finished and not same_weights(r, wanted[key]):
-            drop.append((r, f"{key} (weights {str(wanted[key]['weights_digest'])[:12]})"))
+            if same_hardware(tags, wanted[key]):  # retrained here; from other hardware: that machine's run
+                drop.append((r, f"{key} (weights {str(wanted[key]['weights_digest'])[:12]})"))
         elif key in wanted or not finished:  # a duplicate, or left by a kill
             drop.append((r, None))
         elif tags.get("dataset") == dataset and slot in slots and key != slots[slot]:
@@ -536,7 +553,8 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
 
     Versions are found by unit key across the model's registered names (``<dataset>.<model>``):
     a unit's version under another dataset name (renamed since) moves to ``name``; of duplicates
-    (two syncs at once) the oldest version of the unit's run stays.
+    (two syncs at once) the oldest version of the unit's run stays. Versions carry the weights'
+    digest and hardware of their run, which :func:`registered_version` resolves by.
     """
     from driftmatrix.serving import quiet_mlflow
 
@@ -582,6 +600,8 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
                     tags={"cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]),
                           "seed": str(unit["seed"]), "unit_key": unit["key"], "dataset": name.rpartition(".")[0],
                           "model": model, "train_rows": str(r.get("train_rows", "")),
+                          **{k: str(v) for k, v in ((WEIGHTS_TAG, r.get("weights_digest")), ("hardware", (
+                              r.get("environment") or {}).get("hardware"))) if v},
                           **({PROJECT_TAG: project} if project else {})})
             point(alias_for(unit["cutoff"], unit["seed"]), str(version.version))
             best = lowest.get(unit["cutoff"])
@@ -596,23 +616,25 @@ def registry_plan(versions: Sequence[Any], name: str, records: Sequence[Mapping[
     """(unit key -> its version to keep, [versions to delete]) among a model's ``versions``.
 
     Kept: the oldest version under ``name`` of each current unit's run. Deleted: the unit's other
-    versions (duplicates, older runs, other dataset names) and, under ``name``, versions of units
-    redone under a new key in the same slot. Other datasets' units, and another ``project``'s
-    versions of other units, are left alone.
+    versions (duplicates, older runs on the same hardware, other dataset names) and, under
+    ``name``, versions of units redone under a new key in the same slot. Other datasets' units,
+    versions of the unit computed on other hardware, and every version of another ``project`` are
+    left alone.
     """
     slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): r["unit"]["key"] for r in records}
-    current = set(slots.values())
+    current = {r["unit"]["key"]: r for r in records}
     keep: dict[str, Any] = {}
     stale = []
     for v in sorted(versions, key=lambda v: int(v.version)):
         key, slot = v.tags.get("unit_key"), (v.tags.get("cutoff"), v.tags.get("seed"))
+        if project is not None and v.tags.get(PROJECT_TAG, project) != project:
+            continue  # another clone's version
         if key in current:
             if v.name == name and v.run_id == run_ids[key] and key not in keep:
                 keep[key] = v
-            else:
+            elif v.run_id == run_ids[key] or same_hardware(v.tags, current[key]):
                 stale.append(v)
-        elif v.name == name and slot in slots and (project is None or v.tags.get(PROJECT_TAG, project) == project):
-            # superseded by a redone unit
+        elif v.name == name and slot in slots:  # superseded by a redone unit
             stale.append(v)
     return keep, stale
 
@@ -710,12 +732,40 @@ def log_rows(cfg: TrackingConfig, rows: Sequence[tuple[str, Mapping[str, float],
         client.log_artifacts(run_id, str(folder))
 
 
-def load_registered(dataset: str, model: str, cutoff: str, seed: int | None = None) -> Any:
-    """The torch network registered as ``models:/<dataset>.<model>@cutoff-<label>[-seed-<s>]``:
-    ``mlflow.pyfunc.load_model`` of the version (through ``serving.load``, which checks the folder
-    first; nothing is unpickled), unwrapped (a tabular unit: its ``models.tabular.TabularModel``).
-    ``serving.load(uri)`` gives the pyfunc model itself."""
+def registered_version(client, unit, weights_digest: str | None = None):
+    """The version of ``<dataset>.<model>`` that holds ``unit`` (a ``units.Unit``, by its key) and,
+    when given, the weights ``weights_digest`` the caller's scores came from: this project's
+    first, then the oldest. Never one of another key or other weights: a LookupError, one line
+    naming the unit, the version in its slot and why it is not used."""
+    name, project = registered_name(unit.dataset, unit.model), project_id()
+    slot = [v for v in client.search_model_versions(f"name = {quote(name)} and tags.cutoff = {quote(unit.cutoff)}",
+                                                    max_results=100_000) if v.tags.get("seed") == str(unit.seed)]
+    same = [v for v in slot if v.tags.get("unit_key") == unit.key]
+    fits = [v for v in same if not weights_digest or v.tags.get(WEIGHTS_TAG, weights_digest) == weights_digest]
+    if fits:
+        return min(fits, key=lambda v: (v.tags.get(PROJECT_TAG, project) != project, int(v.version)))
+    if same:
+        v = same[-1]
+        why = (f"{name} version {v.version} holds this unit but weights {v.tags[WEIGHTS_TAG][:12]} (computed on "
+               f"{v.tags.get('hardware', 'unknown hardware')}), its scores came from {weights_digest[:12]}: not used")
+    elif slot:
+        v = max(slot, key=lambda v: int(v.version))
+        why = (f"{name} version {v.version} has unit key {v.tags.get('unit_key')}, this plan's is {unit.key} "
+               "(trained under other code, data, settings or environment): not used")
+    else:
+        why = f"{name} has no version of unit {unit.key}"
+    raise LookupError(f"{unit.model} seed {unit.seed} cutoff {unit.cutoff}: the MLflow registry did not give a "
+                      f"model ({why})")
+
+
+def load_registered(unit, weights_digest: str | None = None) -> Any:
+    """The torch network of ``unit`` (a ``units.Unit``, e.g. ``training.planned_unit``) as
+    registered (:func:`registered_version`): ``mlflow.pyfunc.load_model`` of its version (through
+    ``serving.load``, which checks the folder first; nothing is unpickled), unwrapped (a tabular
+    unit: its ``models.tabular.TabularModel``). ``serving.load(uri)`` gives the pyfunc model itself."""
+    from mlflow.tracking import MlflowClient
+
     from driftmatrix import serving
 
-    uri = f"models:/{registered_name(dataset, model)}@{alias_for(cutoff, seed)}"
-    return serving.load(uri).unwrap_python_model().network
+    version = registered_version(MlflowClient(), unit, weights_digest)
+    return serving.load(f"models:/{version.name}/{version.version}").unwrap_python_model().network

@@ -109,6 +109,21 @@ def recorded_environment(params: Params, model: str, checkpoints_dir: str | Path
                     f"first")
 
 
+def planned_unit(params: Params, model: str, cutoff: str, seed: int | None = None,
+                 slices_dir: str | Path = "outputs/slices", checkpoints_dir: str | Path = "outputs/checkpoints") -> Unit:
+    """The current plan's unit of ``model`` trained up to ``cutoff`` with ``seed`` (default: the
+    lowest), keyed with the environment the train stage recorded: what ``tracking.load_registered``
+    loads."""
+    from driftmatrix.slicing import read_manifest
+
+    plan = model_plan(params, model, read_manifest(slices_dir), recorded_environment(params, model, checkpoints_dir))
+    seed = min(plan.seeds) if seed is None else seed
+    if cutoff not in plan.labels or seed not in plan.seeds:
+        raise ConfigError(f"{model}: no unit up to {cutoff!r} with seed {seed} (cutoffs {list(plan.labels)}, "
+                          f"seeds {list(plan.seeds)})")
+    return plan.unit(seed, plan.labels.index(cutoff))
+
+
 def cutoff_train_rows(slice_ids: np.ndarray, split: np.ndarray, cutoff: int) -> np.ndarray:
     """Row indices of D_<=i (the cumulative window): the train splits of slices 0..cutoff."""
     return window_train_rows(slice_ids, split, range(cutoff + 1))

@@ -101,3 +101,40 @@ def test_a_missing_registry_version_is_a_one_line_error_naming_the_unit(trained,
     for model, line in zip(MODELS, lines):
         assert line.startswith(f"estimate: {model} seed 0 cutoff {params.synthetic.first_year}: the MLflow registry "
                                "did not give a model") and "without --registry" in line and "\n" not in line
+
+
+def test_a_version_of_another_key_or_other_weights_is_never_used(trained, monkeypatch, caplog):
+    """The version in a unit's slot holds another unit key (an old configuration, another clone),
+    or this unit's key with weights other than those the scores came from (another CPU): the model
+    is skipped with one line naming the unit, the version and the mismatch, instead of mixing that
+    version's outputs with this plan's statistics; the other model is still estimated."""
+    from mlflow.tracking import MlflowClient
+
+    from driftmatrix.tracking import configure, registered_name
+    from driftmatrix.training import planned_unit
+
+    params, paths, tmp = trained
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    configure(params.tracking)
+    client = MlflowClient()
+    cutoff = str(params.synthetic.first_year)
+    unit = planned_unit(params, "MLP-S", cutoff, 0, paths.slices, paths.checkpoints)
+    name = registered_name(params.dataset.name, "MLP-S")
+    (version,) = [v for v in client.search_model_versions(f"name = '{name}'") if v.tags["unit_key"] == unit.key]
+    why = {"unit_key": f"has unit key 0123456789ab, this plan's is {unit.key} (trained under other code, data, "
+                       "settings or environment): not used",
+           "weights_digest": f"holds this unit but weights ffffffffffff (computed on {version.tags['hardware']}), "
+                             f"its scores came from {version.tags['weights_digest'][:12]}: not used"}
+    for tag, value in (("unit_key", "0123456789ab"), ("weights_digest", "f" * 64)):
+        caplog.clear()
+        client.set_model_version_tag(name, version.version, tag, value)
+        try:
+            with caplog.at_level(logging.WARNING, logger="driftmatrix.estimate.newperiod"):
+                got = estimate(paths, tmp, tmp / "params.yaml", tmp / f"other-{tag}", registry=True)
+        finally:
+            client.set_model_version_tag(name, version.version, tag, version.tags[tag])
+        assert got.exit_code == 0, got.output
+        assert "Prior: trusts" in got.output and "MLP-S" not in got.output
+        (line,) = [r.getMessage() for r in caplog.records if "registry" in r.getMessage()]
+        assert line == (f"estimate: MLP-S seed 0 cutoff {cutoff}: the MLflow registry did not give a model "
+                        f"({name} version {version.version} {why[tag]}); without --registry the checkpoints are read")

@@ -165,3 +165,55 @@ def test_ray_executor_writes_the_same_shards_as_local(review_slices, tmp_path, r
     assert files == sorted(p.name for p in (tmp_path / "ray").iterdir()) and len(files) == 1 + 3 * local["n_shards"]
     for name in files:
         assert (tmp_path / "local" / name).read_bytes() == (tmp_path / "ray" / name).read_bytes(), name
+
+
+def test_embed_sources_are_keyed_by_their_contents(tmp_path):
+    """A local encoder's weights and config key exactly the units that read its features, and its
+    cache folder: a changed weight or config file rekeys them and nothing else; the same bytes
+    again, a moved folder or a hidden file beside the weights change nothing."""
+    import os
+
+    from driftmatrix.config import parse_params
+    from driftmatrix.provenance import Environment
+    from driftmatrix.training import model_plan
+
+    folder, weights = tmp_path / "minilm", tmp_path / "effnet.safetensors"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"hidden_size": 384}')
+    (folder / "model.safetensors").write_bytes(b"\x00" * 4096)
+    weights.write_bytes(b"\x01" * 4096)
+    models = ("MiniLM-L6", "EffNet-L0", "DINOv2-S", "FFN-S", "MLP-S")
+    manifest = {"dataset": {"name": "toy", "task": "binary", "input_kind": "text", "class_names": ["a", "b"]},
+                "slices": [{"index": 0, "label": "2000", "hash": "h0"}, {"index": 1, "label": "2001", "hash": "h1"}]}
+
+    def keys(text_source=folder):
+        embed = {"sources": {"MiniLM-L6": str(text_source), "EffNet-L0": str(weights)}}
+        params = parse_params({"dataset": {"name": "toy"}, "models": {m: {} for m in models}, "embed": embed})
+        cfg = cache.embed_config(embed)
+        units = {m: tuple(u.key for u in model_plan(params, m, manifest, Environment("fp32", "cpu", 1)).units)
+                 for m in models}
+        return {**units, "cache MiniLM-L6": cache_key("MiniLM-L6", cfg, "v"), "cache EffNet-L0": cache_key("EffNet-L0", cfg, "v")}
+
+    def rewrite(path, data):  # the same size, a later modification time
+        before = path.stat().st_mtime_ns
+        path.write_bytes(data)
+        os.utime(path, ns=(before + 10**9, before + 10**9))
+
+    def changed(a, b):
+        return {k for k in a if a[k] != b[k]}
+
+    base = keys()
+    rewrite(folder / "model.safetensors", b"\x00" * 4095 + b"\x02")  # the last bits of the weights
+    new_weights = keys()
+    assert changed(base, new_weights) == {"MiniLM-L6", "cache MiniLM-L6"}
+    rewrite(folder / "model.safetensors", b"\x00" * 4096)  # the old bytes again: keyed by content, not time
+    assert keys() == base
+    rewrite(weights, b"\x01" * 4095 + b"\x03")
+    assert changed(base, keys()) == {"EffNet-L0", "cache EffNet-L0"}
+    rewrite(weights, b"\x01" * 4096)
+    (folder / ".cache").mkdir()
+    (folder / ".cache" / "download.lock").write_text("x")  # hidden: not part of the weights
+    moved = folder.rename(tmp_path / "moved")
+    assert keys(moved) == base
+    (moved / "config.json").write_text('{"hidden_size": 385}')
+    assert changed(base, keys(moved)) == {"MiniLM-L6", "cache MiniLM-L6"}

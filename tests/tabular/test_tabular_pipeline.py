@@ -114,4 +114,5 @@ def test_registered_tabular_versions_are_pyfunc_models_predicting_the_pipelines_
         assert (folder / "MLmodel").is_file() and (folder / "artifacts" / "model.safetensors").is_file()
         assert [str(p.relative_to(folder)) for p in files if _is_pickle(p.read_bytes())] == []
         assert serving.verify(folder)["inputs"] == "table"
-    assert tracking.load_registered("tinytab", "LightGBM", "2002").kind == "LightGBM"
+    unit = training.planned_unit(params, "LightGBM", "2002", 0, paths.slices, paths.checkpoints)
+    assert tracking.load_registered(unit).kind == "LightGBM"

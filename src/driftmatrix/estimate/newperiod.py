@@ -109,7 +109,8 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, images: np.ndarray
                  scores_dir: str | Path = "outputs/scores") -> dict[tuple[int, int], np.ndarray]:
     """(seed, cutoff index) -> the unit's outputs on the new rows. With ``source="registry"`` no
     checkpoint is read: the train stage's environment (the plan's keys, the threads) comes from its
-    copy beside the scores, so the registry and the scores are all it needs."""
+    copy beside the scores, so the registry and the scores are all it needs; each unit is the
+    version of its unit key and of the weights its scores came from (``tracking.registered_version``)."""
     import torch
 
     from driftmatrix.checkpoints import CheckpointStore, load_model_folder
@@ -143,7 +144,9 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, images: np.ndarray
 
             configure(params.tracking)
             try:
-                net = load_registered(params.dataset.name, model, unit.cutoff, seed=unit.seed)
+                net = load_registered(unit, ScoreStore(scores_dir, model).read(unit.key).get("weights_digest"))
+            except LookupError as exc:  # no version of this unit and weights: the registry's own line says why
+                raise DataError(f"{exc}; without --registry the checkpoints are read") from None
             except Exception as exc:  # noqa: BLE001 - any registry failure: one line, and the way out
                 raise DataError(f"{model} seed {unit.seed} cutoff {unit.cutoff}: the MLflow registry did not give "
                                 f"a model ({type(exc).__name__}: {str(exc)[:200]}); without --registry the "

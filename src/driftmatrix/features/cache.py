@@ -82,24 +82,31 @@ def needed(model_names: Iterable[str], cfg: EmbedConfig) -> dict[str, bool]:
     return out
 
 
+def features_identity(encoder: str, cfg: EmbedConfig) -> tuple[str, Any, dict[str, str], str]:
+    """What computes an encoder's features: (name, weights, library versions, extent); the weights
+    are an ``embed.sources`` path by content, else the hub id (the bundled copy is the same weights)."""
+    from driftmatrix.provenance import content_digest, package_version
+
+    info = encoders.info_for(encoder)
+    source = cfg.sources.get(encoder)
+    weights = {"content": content_digest(source)} if source and Path(source).exists() else source or info.source
+    extent = f"len{cfg.max_length}" if info.modality == "text" else f"{encoders.IMAGE_SIZE}px"
+    return encoder, weights, {lib: package_version(lib) for lib in encoders.BACKEND_LIBRARIES[info.backend]}, extent
+
+
 def encoder_identity(inputs: str, spec_encoder: str | None, embed: Mapping[str, Any] | EmbedConfig | None) -> str:
-    """What a model's cached inputs are, apart from the data: encoder, weights and extent
-    ('' for models that read no cache). Part of every unit key (driftmatrix.units)."""
+    """What a model's cached inputs are, apart from the data ('' for models that read no cache).
+    Part of every unit key (driftmatrix.units)."""
     if inputs not in ("token_states", "pooled"):
         return ""
     cfg = embed_config(embed)
-    encoder = encoder_of(inputs, spec_encoder, cfg)
-    info = encoders.info_for(encoder)
-    extent = f"len{cfg.max_length}" if info.modality == "text" else f"{encoders.IMAGE_SIZE}px"
-    return fingerprint(FORMAT, encoder, cfg.sources.get(encoder) or info.source, extent)
+    return fingerprint(FORMAT, *features_identity(encoder_of(inputs, spec_encoder, cfg), cfg))
 
 
 def cache_key(encoder: str, cfg: EmbedConfig, data_version: str) -> str:
-    """Folder name of a cache; any change of weights, length, data or sharding gives a new one."""
-    info = encoders.info_for(encoder)
-    source = cfg.sources.get(encoder) or info.source  # the bundled copy is the same weights as the hub id
-    extent = f"len{cfg.max_length}" if info.modality == "text" else f"{encoders.IMAGE_SIZE}px"
-    digest = fingerprint(FORMAT, encoder, source, extent, data_version, cfg.shard_size)
+    """Folder name of a cache; any change of weights, libraries, length, data or sharding gives a new one."""
+    _, _, _, extent = identity = features_identity(encoder, cfg)
+    digest = fingerprint(FORMAT, *identity, data_version, cfg.shard_size)
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", encoder).strip("_")[-60:]
     return f"{slug}-{extent}-{digest}"
 

@@ -59,6 +59,11 @@ CATALOGUE: dict[str, EncoderInfo] = {
 }
 
 
+#: The libraries that compute an encoder's features, by backend (their versions key its features).
+BACKEND_LIBRARIES = {"hf": ("transformers", "tokenizers"), "hf-clip": ("transformers",),
+                     "hf-siglip": ("transformers",), "timm": ("timm",), "effnet-lite0": ("timm",)}
+
+
 def info_for(name: str) -> EncoderInfo:
     """Catalogue entry; a name outside it is a Hugging Face text encoder id or local folder."""
     return CATALOGUE.get(name) or EncoderInfo("text", "hf", name)

@@ -22,6 +22,8 @@ OPTIONS = ("estimator", "params", "encoding", "trusted")
 ENCODINGS = ("onehot", "native")
 _PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
 
+#: Tabular kinds whose estimator is scikit-learn's, which computes with scipy.
+SCIPY_KINDS = ("LogReg", "HistGBT", "Custom")
 #: model name -> its entry's estimator options (set by ``config.parse_params``)
 ESTIMATORS: dict[str, dict[str, Any]] = {}
 
@@ -60,17 +62,16 @@ def remember(models: Mapping[str, Mapping[str, Any]]) -> None:
 
 def library_versions(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
     """Versions of the libraries that compute a tabular model's numbers (keyed with its units):
-    scikit-learn (preprocessing), skops (storage), LightGBM for ``LightGBM``, and for a named
-    estimator the distributions of its top-level package. Read from package metadata (no import)."""
+    scikit-learn (preprocessing), skops (storage), scipy for the scikit-learn estimators (LogReg's
+    solver, the losses), LightGBM for ``LightGBM``, and for a named estimator the distributions of
+    its top-level package. Read from package metadata (no import)."""
     from importlib import metadata
 
-    def version(dist: str) -> str:
-        try:
-            return metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            return "absent"
+    from driftmatrix.provenance import package_version as version
 
     out = {"scikit-learn": version("scikit-learn"), "skops": version("skops")}
+    if kind in SCIPY_KINDS:
+        out["scipy"] = version("scipy")
     if kind == "LightGBM":
         out["lightgbm"] = version("lightgbm")
     if options.get("estimator"):
