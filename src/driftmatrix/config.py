@@ -61,7 +61,7 @@ class SyntheticConfig:
 
 @dataclass(frozen=True)
 class SlicingConfig:
-    period: str = "year"
+    period: str = field(default="year", metadata=_one_of("year", "half-year", "quarter", "month"))
     width: int = field(default=1, metadata=AT_LEAST_1)
     min_samples: int = field(default=20, metadata=AT_LEAST_1)
     test_fraction: float = field(default=0.3, metadata=FRACTION)
