@@ -73,6 +73,13 @@ def redact(text: str) -> str:
     return text
 
 
+class RedactingFormatter(logging.Formatter):
+    """A log formatter that masks credentials in every line it formats (:func:`redact`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
 def explain(exc: BaseException, uri: str | None = None) -> str | None:
     """One line for an error that means the MLflow tracking server (after MLflow's retries) or the
     store's database (``uri``, default ``MLFLOW_TRACKING_URI``) could not be reached, naming it with
