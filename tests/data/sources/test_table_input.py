@@ -54,7 +54,7 @@ def test_date_strings_of_another_year_and_the_explicit_format(tmp_path):
 
 @pytest.mark.parametrize("values, first, second", [
     ([1420070400, 1420070401, 2016], "1420070400", "2016"),    # a year beside epochs (or epoch seconds 2016?)
-    ([1420070400, 5000], "1420070400", "5000"),                # 1000-9999 meant as epoch seconds
+    ([86400, 1800], "86400", "1800"),                          # 1000-9999 meant as epoch seconds
     ([20150601, 2015], "20150601", "2015"),                    # a year beside dates
 ])
 def test_numbers_that_read_two_ways_are_a_one_line_error(tmp_path, values, first, second):
@@ -64,6 +64,17 @@ def test_numbers_that_read_two_ways_are_a_one_line_error(tmp_path, values, first
     message = str(err.value)
     assert "\n" not in message and message.startswith(f"t.csv:{len(values) + 1}: column 'when': '{second}'")
     assert f"'{first}' (t.csv:2)" in message and "time_format" in message
+
+
+def test_four_digit_numbers_that_cannot_be_years_are_a_one_line_error(tmp_path):
+    rows = [{"when": v, "x": k, "y": k % 2} for k, v in enumerate([3600, 7200, 9000])]  # epoch seconds
+    with pytest.raises(DataError) as err:
+        _read(_write(tmp_path / "t.csv", rows))
+    assert str(err.value) == ("t.csv:2: column 'when': '3600' reads as a year outside 1678-2261 or as epoch "
+                              "seconds; set dataset.options.time_format to one of s, ms, year, yyyymmdd")
+    res = _read(tmp_path / "t.csv", time_format="s")
+    assert [str(t) for t in res.table["timestamp"]] == ["1970-01-01 01:00:00+00:00", "1970-01-01 02:00:00+00:00",
+                                                        "1970-01-01 02:30:00+00:00"]
 
 
 def test_iso_strings_beside_epochs_and_years_in_a_column_of_years(tmp_path):

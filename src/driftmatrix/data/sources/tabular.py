@@ -5,8 +5,8 @@ Options (``params.yaml: dataset.options`` or ``--option key=value``):
 - ``timestamp`` (required): column with an epoch (s or ms), a ``yyyymmdd`` date (20150601 or
   "19960507"), an ISO-8601 string or a plain year; ``time_format``: ``auto`` (default: ISO strings
   as such; the column's numbers read one way, decided from its first records: all valid 8-digit
-  dates are ``yyyymmdd``, all 1000-9999 are years, else epochs, >= 1e11 in ms; numbers of two kinds
-  are a one-line error asking for ``time_format``) | ``s`` | ``ms`` | ``iso`` | ``year`` |
+  dates are ``yyyymmdd``, all 1678-2261 are years, else epochs, >= 1e11 in ms; numbers of two kinds,
+  or 4-digit ones no table can hold as years, are a one-line error asking for ``time_format``) | ``s`` | ``ms`` | ``iso`` | ``year`` |
   ``yyyymmdd`` (alias ``date``);
 - ``input``: text column(s), joined with a blank line (required unless ``features`` is given);
 - ``features``: feature columns for tabular models, instead of or beside ``input``: ``auto``
@@ -49,9 +49,9 @@ from typing import Any, Iterator, Mapping, Sequence
 from driftmatrix.data.jsonl import (BAD_LABEL, BAD_TYPE, MISSING, STREAM_ERRORS, UNPARSEABLE, Drop,
                                     count_unreadable, error_text, is_gzip, parse_records, rel_label,
                                     stream_jsonl)
-from driftmatrix.data.sources.common import (TableBuilder, as_list, check_scope, end_of_scope, join_inputs,
-                                             parse_date, parse_time, period_label, preview, take_options,
-                                             time_kind)
+from driftmatrix.data.sources.common import (FIRST_YEAR, LAST_YEAR, TableBuilder, as_list, check_scope,
+                                             end_of_scope, join_inputs, parse_date, parse_time, period_label,
+                                             preview, take_options, time_kind)
 from driftmatrix.data.table import TASKS, DataError, DatasetMeta, IngestReport, IngestResult
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl",
@@ -513,11 +513,15 @@ def time_kind_of(sample: Sequence[tuple[str, dict]], col: str, na: frozenset = f
             continue  # ISO text (or a bad value: dropped when read)
         if not math.isfinite(num):
             continue
-        first.setdefault(time_kind(num), (loc, v))
+        kind, ask = time_kind(num), "set dataset.options.time_format to one of s, ms, year, yyyymmdd"
+        if kind == "year" and not FIRST_YEAR <= num <= LAST_YEAR:
+            raise DataError(f"{loc}: column {col!r}: {v!r} reads as a year outside {FIRST_YEAR}-{LAST_YEAR} or as "
+                            f"epoch seconds; {ask}")
+        first.setdefault(kind, (loc, v))
         if len(first) > 1:
             (a, (loc_a, va)), (b, (loc_b, vb)) = first.items()
             raise DataError(f"{loc_b}: column {col!r}: {vb!r} reads as {_READS[b]} but {va!r} ({loc_a}) as "
-                            f"{_READS[a]}; set dataset.options.time_format to one of s, ms, year, yyyymmdd")
+                            f"{_READS[a]}; {ask}")
     return next(iter(first), None)
 
 
