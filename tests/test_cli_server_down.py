@@ -137,7 +137,8 @@ def test_any_other_failed_join_names_ray_and_the_recipe(monkeypatch):
         line = executor.join_error("10.0.0.5:6379", exc)
     assert line == ('Ray at 10.0.0.5:6379 (runtime.address) cannot be joined (Failed to connect to GCS. Last '
                     'connection error: timed out): start the head and nodes as docs/scaling.md "A Ray cluster" '
-                    "shows, or point runtime.address / RAY_ADDRESS at its head")
+                    "shows, or point runtime.address / RAY_ADDRESS at its head (null: a private Ray here)")
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    line = executor.join_error("auto", ConnectionError("Could not find any running Ray instance. Please specify"))
-    assert line.startswith("Ray at auto (runtime.address auto, RAY_ADDRESS): no running Ray found")
+    line = executor.join_error("auto", ConnectionError("Could not find any running Ray instance."))
+    assert line.startswith("Ray at auto (runtime.address auto, RAY_ADDRESS) cannot be joined (Could not find any "
+                           "running Ray instance.): start the head and nodes")

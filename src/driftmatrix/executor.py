@@ -469,16 +469,13 @@ def join_error(address: str, exc: BaseException) -> str:
     text = " ".join(causes)
     where = f"Ray at {os.environ.get('RAY_ADDRESS') or 'auto'} (runtime.address auto, RAY_ADDRESS)" \
         if address == "auto" else f"Ray at {address} (runtime.address)"
-    recipe = "start the head and nodes as docs/scaling.md \"A Ray cluster\" shows"
     if joins_loopback(address) and "No node info found matching" in text:
         return (f"{where} cannot be joined: no node of it announces 127.0.0.1 (`ray start --head "
                 f"--node-ip-address=127.0.0.1` announces the machine's interface address unless "
                 f"{LOCAL_ONLY_ENV}=0): start the nodes as docs/scaling.md \"Several nodes on one machine\" shows "
                 "(python -m driftmatrix.cluster), or join the address `ray status` prints")
-    if "Could not find any running Ray instance" in text:
-        return f"{where}: no running Ray found: {recipe} and export RAY_ADDRESS=<head ip>:6379, or set " \
-               "runtime.address: null for a private Ray on this machine"
-    return f"{where} cannot be joined ({causes[-1][:300]}): {recipe}, or point runtime.address / RAY_ADDRESS at its head"
+    return (f"{where} cannot be joined ({causes[-1][:300]}): start the head and nodes as docs/scaling.md \"A Ray "
+            "cluster\" shows, or point runtime.address / RAY_ADDRESS at its head (null: a private Ray here)")
 
 
 def joins_loopback(address: str | None) -> bool:

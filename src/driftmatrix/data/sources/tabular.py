@@ -2,11 +2,9 @@
 
 Options (``params.yaml: dataset.options`` or ``--option key=value``):
 
-- ``timestamp`` (required): column with an epoch (s or ms), a ``yyyymmdd`` date (20150601 or
-  "19960507"), an ISO-8601 string or a plain year; ``time_format``: ``auto`` (default: ISO strings
-  as such; the column's numbers read one way, decided from its first records: all valid 8-digit
-  dates are ``yyyymmdd``, all 1678-2261 are years, else epochs, >= 1e11 in ms; numbers of two kinds,
-  or 4-digit ones no table can hold as years, are a one-line error asking for ``time_format``) | ``s`` | ``ms`` | ``iso`` | ``year`` |
+- ``timestamp`` (required): column with an epoch (s or ms), a ``yyyymmdd`` date (20150601,
+  "19960507"), an ISO-8601 string or a plain year; ``time_format``: ``auto`` (default: ISO text as
+  such, the column's numbers one way: :func:`time_kind_of`) | ``s`` | ``ms`` | ``iso`` | ``year`` |
   ``yyyymmdd`` (alias ``date``);
 - ``input``: text column(s), joined with a blank line (required unless ``features`` is given);
 - ``features``: feature columns for tabular models, instead of or beside ``input``: ``auto``
@@ -234,11 +232,9 @@ def infer_features(records: Iterator[tuple[str, dict]], skip: set[str], max_cate
                    limit: int = SAMPLE_ROWS, na: frozenset = frozenset(NA_VALUES)
                    ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]:
     """``features: auto`` from up to ``limit`` records: (numeric, categorical, {ignored column:
-    why}). A column is numeric when at least :data:`NUMERIC_SHARE` of its values present are numbers or
-    text that parses as one,
-    categorical otherwise (text, booleans), and left out
-    when it is empty, nested, a date, or holds unique or over ``max_categories`` distinct values.
-    Missing-value markers (``na``) count as missing, never as text."""
+    why}). A column is numeric when at least :data:`NUMERIC_SHARE` of its values present (markers in
+    ``na`` are missing) are numbers or text that parses as one, categorical otherwise (text,
+    booleans), and left out when empty, nested, a date, or of unique or over ``max_categories`` values."""
     order: dict[str, None] = {}
     values: dict[str, list] = {}
     for n, (_, raw) in enumerate(records):
@@ -499,8 +495,9 @@ _READS = {"yyyymmdd": "a yyyymmdd date", "year": "a year", "epoch": "an epoch (s
 
 def time_kind_of(sample: Sequence[tuple[str, dict]], col: str, na: frozenset = frozenset()) -> str | None:
     """How ``time_format: auto`` reads the numbers of column ``col``, decided once from ``sample``
-    (``common.time_kind``: yyyymmdd, year or epoch); None when it holds no number. Numbers of two
-    kinds (2016 beside 1420070400, or 20150601 beside 2015) are a DataError naming the file,
+    (``common.time_kind``: all valid 8-digit dates are yyyymmdd, all 1678-2261 years, else epochs,
+    >= 1e11 in ms); None when it holds no number. Numbers of two kinds (2016 beside 1420070400,
+    20150601 beside 2015), or 4-digit ones no table holds as years, are a DataError naming the file,
     record and column: one column is never read two ways."""
     first: dict[str, tuple[str, Any]] = {}
     for loc, raw in sample:
