@@ -218,12 +218,10 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
             raise ConfigError(problem)
     custom.remember(models)
     if built["dataset"].source == "table" or any(map(custom.options_of, models.values())):
-        from driftmatrix.models.registry import REGISTRY  # (imports numpy: only where a model may be tabular)
+        from driftmatrix.models.catalog import model_problem  # (imports numpy: only where a model may be tabular)
 
         for name, entry in models.items():  # a task a model cannot do, an estimator that cannot work
-            spec = REGISTRY.get(name)
-            problem = spec and custom.model_problem(name, spec, custom.options_of(entry), built["dataset"].task,
-                                                    f"{source}: models.{name}")
+            problem = model_problem(name, custom.options_of(entry), built["dataset"].task, f"{source}: models.{name}")
             if problem:
                 raise ConfigError(problem)
     extra = {k: v for k, v in raw.items() if k not in sections and k != "models"}

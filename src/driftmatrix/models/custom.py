@@ -50,46 +50,6 @@ def check(name: str, options: Mapping[str, Any], where: str) -> str | None:
     return None
 
 
-#: Tasks of each tabular kind (``models.tabular``): only MLP-Tab's torch losses cover multilabel.
-TABULAR_TASKS = {"MLP": ("binary", "multiclass", "multilabel", "regression")}
-SINGLE_LABEL = ("binary", "multiclass", "regression")
-NEEDS = {"binary": "predict_proba", "multiclass": "predict_proba", "regression": "predict"}
-
-
-def model_problem(name: str, spec: Any, options: Mapping[str, Any], task: str, where: str) -> str | None:
-    """Why ``models.<name>`` (registry ``spec``) cannot work, or None; ``config.parse_params`` asks
-    before anything trains: estimator options on a model that takes none, a catalog name for an
-    estimator, a task the model cannot do, an estimator that cannot be imported or built, is not
-    scikit-learn-compatible or lacks the method its task scores with (e.g. ``predict_proba``)."""
-    if spec.inputs != "table":
-        return f"{where}: {sorted(options)} configure tabular models only; {name} is a {spec.modality} model" \
-            if options else None
-    if options.get("estimator") and spec.family != "Custom":
-        return f"{where}: {name} is a catalog model; name your estimator something else (e.g. My{name})"
-    if task not in TABULAR_TASKS.get(spec.build.cls, SINGLE_LABEL):
-        return (f"{where}: {name} cannot do a {task} task (the tabular {task} model: MLP-Tab); remove it from "
-                "models or change dataset.task")
-    if spec.build.cls != "Custom":
-        return None
-    import importlib
-
-    path = str(options["estimator"])
-    module, _, cls = path.rpartition(".")
-    try:
-        est = getattr(importlib.import_module(module), cls)
-    except (ImportError, AttributeError) as exc:
-        return f"{where}.estimator: {path} cannot be imported: {exc}"
-    if not (hasattr(est, "fit") and hasattr(est, "get_params")):
-        return f"{where}.estimator: {path} is not a scikit-learn-compatible estimator (no fit / get_params)"
-    try:
-        est = est(**dict(options.get("params") or {}))
-    except Exception as exc:  # noqa: BLE001 - any constructor error, named in one line
-        return f"{where}.estimator: {path} cannot be built: {type(exc).__name__}: {' '.join(str(exc).split())}"
-    if not callable(getattr(est, NEEDS[task], None)):
-        return f"{where}.estimator: {path} has no {NEEDS[task]}(), which a {task} task scores with"
-    return None
-
-
 def remember(models: Mapping[str, Mapping[str, Any]]) -> None:
     """Record the models of a parsed ``params.yaml`` that name an estimator."""
     for name, entry in models.items():
