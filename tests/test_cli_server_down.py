@@ -54,9 +54,10 @@ def test_credentials_never_show_in_the_line_of_an_unreachable_server(monkeypatch
 
     from driftmatrix.cluster import free_port
 
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://user:secret@127.0.0.1:{free_port()}")
+    uri = f"http://user:secret@127.0.0.1:{free_port()}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
-    code, err = _main(monkeypatch, capsys, lambda: MlflowClient().search_experiments())
+    code, err = _main(monkeypatch, capsys, lambda: MlflowClient(uri).search_experiments())
     assert code == 2 and len(err.strip().splitlines()) == 1, err
     assert err.startswith("error: MLflow tracking server http://user:***@127.0.0.1:") and "secret" not in err
 

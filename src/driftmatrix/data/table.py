@@ -148,8 +148,8 @@ class IngestReport:
             shown = ", ".join(f"{k}: {v}" for k, v in periods[:3])
             more = f", ... {periods[-1][0]}: {periods[-1][1]}" if len(periods) > 3 else ""
             lines.append(f"  kept per period ({len(periods)} periods): {shown}{more}")
-        if self.missing:
-            lines.append("  missing values: " + ", ".join(f"{c} {n}" for c, n in self.missing.items()))
+        if any(self.missing.values()):
+            lines.append("  missing values: " + ", ".join(f"{c} {n}" for c, n in self.missing.items() if n))
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 

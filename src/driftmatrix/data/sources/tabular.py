@@ -14,8 +14,8 @@ Options (``params.yaml: dataset.options`` or ``--option key=value``):
   are counted per column in the report; a value of the wrong type in a numeric column (text that
   is not a number, a list) drops the row as ``wrong type`` naming the column; a declared column
   absent from a file is a one-line error;
-- ``na_values``: texts that mean a missing value in any column (default :data:`NA_VALUES`); in a
-  feature one is read as missing and never drops the row (a missing label, time or id does);
+- ``na_values``: texts that mean a missing value in a feature, label, time or id column (default
+  :data:`NA_VALUES`); a missing feature value never drops the row (a missing label, time or id does);
 - ``label`` (required): the label column; for ``multilabel`` either several 0/1 columns or one
   column holding category names separated by ``label_sep`` (default space) or a JSON list;
 - ``task``: binary | multiclass | multilabel | regression (the pipeline passes ``dataset.task``;
