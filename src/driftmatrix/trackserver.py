@@ -96,8 +96,9 @@ def explain(exc: BaseException, uri: str | None = None) -> str | None:
                 "too many errors" if "too many" in text.lower() or "ResponseError" in text else "no answer"
             retries = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "7")
             where = (match.group(1) if match else _url_of(text)) or uri or "the tracking server"
-            return redact(f"MLflow tracking server {where} unreachable ({reason}, after {retries} retries): start it "
-                          f"(or point MLFLOW_TRACKING_URI elsewhere) and rerun; finished units are kept and synced then")
+            return redact(f"MLflow tracking server {where} unreachable ({reason}, after {retries} retries): start "
+                          "it (or point MLFLOW_TRACKING_URI elsewhere) and rerun; finished units are kept and synced "
+                          "then")
         if module.startswith("sqlalchemy") and name == "OperationalError" and not str(uri).startswith("sqlite"):
             reason = str(getattr(cur, "orig", None) or text).strip().splitlines()[0]
             return redact(f"MLflow tracking database {uri}: {reason}: start it or fix the URI (MLFLOW_TRACKING_URI, "

@@ -478,7 +478,8 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     if exp.spec.inputs == "table":
         from driftmatrix.models.tabular import capped_features
 
-        for line in capped_features(exp.spec.build.cls, exp.info["options"], exp.meta.categorical, exp.inputs.cat.numpy()):
+        cat = exp.inputs.cat.numpy()
+        for line in capped_features(exp.spec.build.cls, exp.info["options"], exp.meta.categorical, cat):
             log.warning("%s: %s", model, line)
     todo = largest_first([u for u in exp.plan.units if not store.done(u.key)], exp.manifest)
     log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(exp.plan.units),

@@ -19,8 +19,8 @@ indicators and standardised, categories one-hot with missing as its own level (d
 :data:`CATEGORY_CAPS` columns per feature, the most frequent categories of the window; the rest
 count as unseen, and the train stage logs each feature it caps). ``native`` (HistGBT, LightGBM):
 numbers as they are (NaN = missing) and categories as codes 0..n-1 of the training categories, the
-trees' own categorical splits (at most :data:`CATEGORY_CAPS` per column, likewise). ``embed`` (MLP-Tab): numbers as for onehot,
-categories as embedding indices (0 = missing or unseen).
+trees' own categorical splits (at most :data:`CATEGORY_CAPS` per column, likewise). ``embed``
+(MLP-Tab): numbers as for onehot, categories as embedding indices (0 = missing or unseen).
 
 **Nothing is unpickled.** The state a unit stores is a dict of tensors written as safetensors:
 fitted scikit-learn objects as skops bytes, loaded with an explicit list of trusted types
@@ -370,7 +370,8 @@ class TabularModel:
         self.estimator = TabMLP(x.shape[1], self.prep.cardinalities(), self.num_outputs,
                                 dropout=self.dropout).to(device)
         init_output_bias(self.estimator, self.task, y)
-        targets = torch.as_tensor(y.astype(np.int64 if self.task in ("binary", "multiclass") else np.float32)).to(device)
+        classes = self.task in ("binary", "multiclass")
+        targets = torch.as_tensor(y.astype(np.int64 if classes else np.float32)).to(device)
         return fit(self.estimator, PreparedInputs(x, c, device), targets, np.arange(len(y)), cfg,
                    make_loss(self.task, y), seed, device, on_epoch)
 
