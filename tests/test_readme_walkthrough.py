@@ -77,21 +77,34 @@ def walked(tmp_path_factory):
         f.write(".venv\n")
     mine = tmp / "my-texts.csv"
     write_texts(mine)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_"))}
-    env.update(PYTHONPATH=str(clone / "src"), PATH=f"{clone / '.venv' / 'bin'}:{env['PATH']}", HOME=str(tmp))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DVC_", "VIRTUAL_ENV"))}
+    venv_bin = Path(sys.prefix, "bin").resolve()  # off PATH, as in a fresh shell: the README puts it there
+    path = [p for p in env["PATH"].split(os.pathsep) if p and Path(p).resolve() != venv_bin]
+    env.update(PYTHONPATH=str(clone / "src"), PATH=os.pathsep.join(path), HOME=str(tmp))
     (commands,) = blocks(readme_section("Your own data"), "bash")
-    logs = []
+    logs, sourced = [], []
     for line in commands.splitlines():
         cmd = line.split("  #")[0].strip().replace("~/my-texts.csv", str(mine))
         if not cmd:
             continue
         if cmd.startswith("make "):  # the venv is installed already (its stamp is older than the clone)
             cmd = cmd.replace("make ", "make -o .venv/.installed ", 1)
-        done = subprocess.run(["bash", "-c", cmd], cwd=clone, env=env, capture_output=True, text=True, timeout=1500)
+        if cmd.startswith("source "):  # what it sets holds for the lines after it, as in one shell
+            sourced.append(cmd)
+        done = subprocess.run(["bash", "-c", "; ".join([*sourced, cmd])], cwd=clone, env=env, capture_output=True,
+                              text=True, timeout=1500)
         logs.append((cmd, done))
         if done.returncode:
             break
     return clone, logs
+
+
+def test_own_data_installs_the_venv_before_using_its_commands():
+    """A fresh clone has no dvc: `make install` and the venv's activation come first."""
+    (commands,) = blocks(readme_section("Your own data"), "bash")
+    lines = [ln.split("  #")[0].strip() for ln in commands.splitlines() if ln.strip()]
+    first_use = next(k for k, ln in enumerate(lines) if ln.split()[0] in ("dvc", "driftmatrix", "mlflow"))
+    assert lines.index("make install") < lines.index("source .venv/bin/activate") < first_use
 
 
 def test_own_text_csv_reaches_a_report(walked):

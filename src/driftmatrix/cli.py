@@ -21,8 +21,11 @@ PARAMS_OPT = typer.Option(Path("params.yaml"), "--params", "-p", help="Parameter
 
 
 def _setup_logging(verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    from driftmatrix.trackserver import RedactingFormatter
+
+    handler = logging.StreamHandler()  # credentials in URIs masked in every line
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[handler])
     for noisy in ("alembic", "mlflow", "urllib3", "git", "matplotlib", "PIL", "filelock", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
@@ -500,13 +503,12 @@ def main() -> None:
     except Exception as exc:  # clear one-line errors for known user mistakes
         from driftmatrix.config import ConfigError
         from driftmatrix.data.table import DataError
+        from driftmatrix.trackserver import explain, redact
 
         if isinstance(exc, (ConfigError, DataError)):
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"error: {redact(str(exc))}", err=True)
             sys.exit(2)
-        from driftmatrix.trackserver import explain
-
-        down = explain(exc)  # any stage whose MLflow tracking server stayed unreachable
+        down = explain(exc)  # any stage whose MLflow tracking server or database stayed unreachable
         if down is not None:
             typer.echo(f"error: {down}", err=True)
             sys.exit(2)

@@ -61,7 +61,7 @@ class SyntheticConfig:
 
 @dataclass(frozen=True)
 class SlicingConfig:
-    period: str = "year"
+    period: str = field(default="year", metadata=_one_of("year", "half-year", "quarter", "month"))
     width: int = field(default=1, metadata=AT_LEAST_1)
     min_samples: int = field(default=20, metadata=AT_LEAST_1)
     test_fraction: float = field(default=0.3, metadata=FRACTION)
@@ -217,6 +217,13 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
         if problem:
             raise ConfigError(problem)
     custom.remember(models)
+    if built["dataset"].source == "table" or any(map(custom.options_of, models.values())):
+        from driftmatrix.models.catalog import model_problem  # (imports numpy: only where a model may be tabular)
+
+        for name, entry in models.items():  # a task a model cannot do, an estimator that cannot work
+            problem = model_problem(name, custom.options_of(entry), built["dataset"].task, f"{source}: models.{name}")
+            if problem:
+                raise ConfigError(problem)
     extra = {k: v for k, v in raw.items() if k not in sections and k != "models"}
     params = Params(models=models, extra=extra, **built)
     for name in models:  # validate every override early, with the model named

@@ -443,9 +443,39 @@ def start_ray(cfg: RuntimeConfig, *, num_cpus: int | None = None, num_gpus: int 
             ray_constants.ENABLE_RAY_CLUSTER = False
             kwargs.update(_node_ip_address=LOOPBACK)
     started = time.perf_counter()
-    ray.init(**kwargs)
+    try:
+        ray.init(**kwargs)
+    except (ConnectionError, RuntimeError) as exc:
+        if cfg.address is None:
+            raise
+        raise RayUnreachable(join_error(cfg.address, exc)) from exc
     log.info("ray: %s in %.1f s, resources %s", "started" if cfg.address is None else f"joined {cfg.address}",
              time.perf_counter() - started, _brief(ray.cluster_resources()))
+
+
+class RayUnreachable(ConfigError):
+    """The Ray at ``runtime.address`` (``auto``: ``RAY_ADDRESS``) could not be joined: one line."""
+
+
+def join_error(address: str, exc: BaseException) -> str:
+    """Why the Ray at ``address`` could not be joined, read from Ray's error chain, and what to change.
+    A cluster on 127.0.0.1 whose nodes announce another address (``ray start --head
+    --node-ip-address=127.0.0.1`` without the loopback switch) is told apart by Ray's "no node info
+    found matching '127.0.0.1'"."""
+    causes, cur = [], exc
+    while cur is not None and len(causes) < 10:
+        causes.append(" ".join(str(cur).split()))
+        cur = cur.__cause__ or cur.__context__
+    text = " ".join(causes)
+    where = f"Ray at {os.environ.get('RAY_ADDRESS') or 'auto'} (runtime.address auto, RAY_ADDRESS)" \
+        if address == "auto" else f"Ray at {address} (runtime.address)"
+    if joins_loopback(address) and "No node info found matching" in text:
+        return (f"{where} cannot be joined: no node of it announces 127.0.0.1 (`ray start --head "
+                f"--node-ip-address=127.0.0.1` announces the machine's interface address unless "
+                f"{LOCAL_ONLY_ENV}=0): start the nodes as docs/scaling.md \"Several nodes on one machine\" shows "
+                "(python -m driftmatrix.cluster), or join the address `ray status` prints")
+    return (f"{where} cannot be joined ({causes[-1][:300]}): start the head and nodes as docs/scaling.md \"A Ray "
+            "cluster\" shows, or point runtime.address / RAY_ADDRESS at its head (null: a private Ray here)")
 
 
 def joins_loopback(address: str | None) -> bool:

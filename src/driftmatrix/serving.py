@@ -308,7 +308,7 @@ def input_example(config: Mapping[str, Any], slices_dir: str | Path | None):
 
         names = [*config["numeric"], *config["categorical"]]
         if rows is not None and len(rows) and all(feature_column(f) in rows.columns for f in names):
-            head = rows.head(3).rename(columns={feature_column(f): f for f in names})
+            head = rows[[feature_column(f) for f in names]].head(3).set_axis(names, axis=1)  # no internal column
             return as_frame(head, config["numeric"], config["categorical"]).reset_index(drop=True)
         return as_frame(pd.DataFrame(index=range(1)), config["numeric"], config["categorical"])
     if config["modality"] == "image":

@@ -61,27 +61,48 @@ def http_retry_defaults(uri: str) -> None:
 _REQUEST = re.compile(r"API request to (?:endpoint )?(https?://[^/\s]+)\S* failed with exception (.*)", re.S)
 _DOWN = ("Max retries exceeded", "Connection refused", "ConnectionError", "NewConnectionError",
          "RemoteDisconnected", "Connection aborted", "Connection reset", "Read timed out", "ResponseError")
+_SECRETS = (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@"),  # scheme://user:password@
+            re.compile(r"([?&](?:password|passwd|pwd|token|secret|access_key)=)[^&\s]+", re.I))
 
 
-def explain(exc: BaseException) -> str | None:
-    """One line for an error that means the tracking server could not be reached (after MLflow's
-    retries), naming the server; None for any other error."""
+def redact(text: str) -> str:
+    """``text`` with the credentials of every URI in it masked (``user:***@``, ``password=***``):
+    how any URI is printed (error lines, logs, files)."""
+    for pattern in _SECRETS:
+        text = pattern.sub(r"\1***@" if pattern is _SECRETS[0] else r"\1***", text)
+    return text
+
+
+class RedactingFormatter(logging.Formatter):
+    """A log formatter that masks credentials in every line it formats (:func:`redact`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+def explain(exc: BaseException, uri: str | None = None) -> str | None:
+    """One line for an error that means the MLflow tracking server (after MLflow's retries) or the
+    store's database (``uri``, default ``MLFLOW_TRACKING_URI``) could not be reached, naming it with
+    credentials masked; None for any other error (Ray's own ConnectionError included)."""
     seen: set[int] = set()
     cur: BaseException | None = exc
+    uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
-        text = str(cur)
+        text, name, module = str(cur), type(cur).__name__, type(cur).__module__
         match = _REQUEST.search(text)
-        name = type(cur).__name__
-        server = match.group(1) if match else _url_of(text)
-        if (match or name in ("ConnectionError", "MaxRetryError", "NewConnectionError")) and \
-                any(k in text or k == name for k in _DOWN):
+        if (match or module.startswith(("requests", "urllib3"))) and any(k in text or k == name for k in _DOWN):
             reason = "connection refused" if "refused" in text else \
                 "too many errors" if "too many" in text.lower() or "ResponseError" in text else "no answer"
             retries = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "7")
-            where = server or os.environ.get("MLFLOW_TRACKING_URI") or "the tracking server"
-            return (f"MLflow tracking server {where} unreachable ({reason}, after {retries} retries): start it "
-                    f"(or point MLFLOW_TRACKING_URI elsewhere) and rerun; finished units are kept and synced then")
+            where = (match.group(1) if match else _url_of(text)) or uri or "the tracking server"
+            return redact(f"MLflow tracking server {where} unreachable ({reason}, after {retries} retries): start "
+                          "it (or point MLFLOW_TRACKING_URI elsewhere) and rerun; finished units are kept and synced "
+                          "then")
+        if module.startswith("sqlalchemy") and name == "OperationalError" and not str(uri).startswith("sqlite"):
+            reason = str(getattr(cur, "orig", None) or text).strip().splitlines()[0]
+            return redact(f"MLflow tracking database {uri}: {reason}: start it or fix the URI (MLFLOW_TRACKING_URI, "
+                          "tracking.uri) and rerun; finished units are kept and synced then")
         cur = cur.__cause__ or cur.__context__
     return None
 
@@ -98,7 +119,7 @@ def server_errors(uri: str):
     except TrackingServerDown:
         raise
     except Exception as exc:
-        line = explain(exc) if is_server(uri) else None
+        line = explain(exc, uri)
         if line is None:
             raise
         log.debug("tracking server error", exc_info=True)

@@ -41,7 +41,6 @@ def effective_config(params: Params, model: str) -> TrainConfig:
     from driftmatrix.models.custom import training_overrides
 
     spec = get(model)
-    check_estimator(params, model, spec)
     merged = {**asdict(params.train), **dict(spec.train_defaults), **training_overrides(params.models.get(model))}
     cfg = build(TrainConfig, merged, f"models.{model}")
     parse_window(cfg.window, f"models.{model}.window")  # a clear error before any work
@@ -58,29 +57,6 @@ def model_options(params: Params, model: str) -> dict[str, Any]:
     from driftmatrix.models.custom import options_of
 
     return options_of(params.models.get(model))
-
-
-def check_estimator(params: Params, model: str, spec) -> None:
-    """One-line errors for estimator options a model cannot take, or an estimator that cannot be imported."""
-    options = model_options(params, model)
-    if not options:
-        return
-    if spec.inputs != "table":
-        raise ConfigError(f"params.yaml: models.{model}: {sorted(options)} configure tabular models only; "
-                          f"{model} is a {spec.modality} model")
-    if options.get("estimator") and spec.family != "Custom":
-        raise ConfigError(f"params.yaml: models.{model}: {model} is a catalog model; name your estimator "
-                          f"something else (e.g. My{model})")
-    if options.get("estimator"):
-        from driftmatrix.models.tabular import estimator_class
-
-        try:
-            cls = estimator_class(options["estimator"])
-        except ValueError as exc:
-            raise ConfigError(f"params.yaml: models.{model}.{exc}") from None
-        if not (hasattr(cls, "fit") and hasattr(cls, "get_params")):
-            raise ConfigError(f"params.yaml: models.{model}.estimator: {options['estimator']} is not a "
-                              "scikit-learn-compatible estimator (no fit / get_params)")
 
 
 def resolve_environment(params: Params, model: str) -> Environment:
@@ -414,8 +390,10 @@ def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
     model, losses, n_rows = exp.train_unit(unit)
     ended = time.time()
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+    fitted = getattr(model, "fit_summary", "") or (f"{len(losses)} epochs, loss {losses[-1]:.4f}" if losses else
+                                                   "no training: the window's prior")
     return {"state": state, "losses": losses, "train_rows": n_rows, "started": started, "ended": ended,
-            "seconds": round(ended - started, 3), "hardware": hardware(exp.device), "node": where()}
+            "seconds": round(ended - started, 3), "hardware": hardware(exp.device), "node": where(), "fit": fitted}
 
 
 def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Mapping[str, Any],
@@ -465,9 +443,8 @@ def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], 
                                      label="train"):
         record = unit_record(exp, unit, result, training_data(exp, unit), tags)
         done.append(store.write(unit.key, result["state"], description, record))
-        log.info("%s seed %d cutoff %s: %d rows, %d epochs, loss %.4f, %.1f s", unit.model, unit.seed, unit.cutoff,
-                 result["train_rows"], exp.cfg.epochs, result["losses"][-1] if result["losses"] else float("nan"),
-                 result["seconds"])
+        log.info("%s seed %d cutoff %s: %d rows, %s, %.1f s", unit.model, unit.seed, unit.cutoff,
+                 result["train_rows"], result["fit"], result["seconds"])
     return done
 
 
@@ -513,6 +490,12 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     exp = Experiment(params, model, slices_dir, features_dir, env)
     store = CheckpointStore(out_dir, model)
     store.write_environment(env.to_dict())
+    if exp.spec.inputs == "table":
+        from driftmatrix.models.tabular import capped_features
+
+        cat = exp.inputs.cat.numpy()
+        for line in capped_features(exp.spec.build.cls, exp.info["options"], exp.meta.categorical, cat):
+            log.warning("%s: %s", model, line)
     todo = largest_first([u for u in exp.plan.units if not store.done(u.key)], exp.manifest)
     log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(exp.plan.units),
              exp.plan.window.name, len(exp.plan.units) - len(todo), len(todo))

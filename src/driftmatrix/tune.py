@@ -566,7 +566,9 @@ def _preset_header(name, url, best, n_complete, metric_name, cfg: TuneConfig, tr
                    model: str, labels: Sequence[str] | None = None) -> str:
     import textwrap
 
-    return (f"Tuned by `driftmatrix tune`: study {name} ({url}), best of {n_complete} complete trials:\n"
+    from driftmatrix.trackserver import redact
+
+    return (f"Tuned by `driftmatrix tune`: study {name} ({redact(url)}), best of {n_complete} complete trials:\n"
             f"trial {best.number}, validation {metric_name} {best.value:.4f}.\n"
             f"Tuning cutoff {cfg.cutoff}: inner train = train splits of {train_slices[0]}..{train_slices[1]}, "
             f"validation = train splits of {', '.join(val_slices)}.\n"

@@ -26,7 +26,7 @@ def _params(validation=None):
 
 
 def _corrupted(tmp_path, dup_rows=5):
-    rows, manifest, _ = make_slices(k=4, per_slice=120, task="multiclass", n_classes=3)
+    rows, manifest, _ = make_slices(k=4, per_slice=120, task="binary")  # multiclass: a warning (test below)
     in_bad = rows["slice"] == 2
     rows = rows[~(in_bad & (rows["label"] == 1))].copy()                       # one class removed
     outside = rows.index[rows["slice"] == 2][-3:]
@@ -163,7 +163,7 @@ def _hint(message: str) -> list[str]:
 
 @pytest.mark.parametrize("k, wildcard", [(4, False), (6, True)])
 def test_the_suggested_override_names_every_failing_slice_and_opens_the_gate(tmp_path, k, wildcard):
-    rows, manifest, _ = make_slices(k=k, per_slice=120, task="multiclass", n_classes=3)
+    rows, manifest, _ = make_slices(k=k, per_slice=120, task="binary")
     rows = rows[~((rows["slice"] >= 1) & (rows["label"] == 1))].copy()   # a class gone from slice 1 on
     last = rows[rows["slice"] == k - 1].iloc[:5]                          # duplicated ids in the last
     rows = pd.concat([rows, last]).sort_values(["slice", "id"], kind="stable").reset_index(drop=True)
@@ -191,3 +191,47 @@ def test_override_rules_deduplicate_and_keep_order():
     assert gate.override_rules(fails) == ["2001:a", "2002:a", "2003:b"]
     assert gate.override_rules(fails, wildcard_from=2) == ["*:a", "2003:b"]
     assert gate.override_rules([]) == []
+
+
+def _tweets(tmp_path, classes=None):
+    """A multiclass table (tweets by client) whose rare clients come and go: `lite` only in 2001 and
+    2003, `bot` only in 2002; `web` and `app` in every year. Ingested and sliced by year."""
+    from driftmatrix.pipeline import Paths, prepare
+
+    raw = tmp_path / "raw"
+    raw.mkdir(exist_ok=True)
+    rows = ["year,len,client"]
+    for year in range(2000, 2004):
+        rare = {2001: "lite", 2003: "lite", 2002: "bot"}.get(year)
+        rows += [f"{year},{k},{rare if rare and k % 20 == 0 else 'web' if k % 2 else 'app'}" for k in range(60)]
+    (raw / "tweets.csv").write_text("\n".join(rows) + "\n")
+    options = {"timestamp": "year", "label": "client", "features": {"numeric": ["len"]}}
+    if classes:
+        options["classes"] = classes
+    params = parse_params({"dataset": {"name": "tweets", "source": "table", "path": str(raw), "task": "multiclass",
+                                       "options": options}, "slicing": {"min_samples": 10}, "models": {"Prior": {}}})
+    paths = Paths(tmp_path / "out")
+    prepare(params, paths)
+    return params, paths
+
+
+def test_multiclass_classes_that_come_and_go_are_warnings_with_counts(tmp_path):
+    params, paths = _tweets(tmp_path)
+    summary = gate.run(params, paths.slices, paths.validation, echo=lambda _: None)
+    assert summary["passed"] is True and summary["failures"] == []
+    absent = {w["slice"]: w["observed"] for w in summary["warnings"] if w["expectation"] == "classes_in_slice"}
+    assert sorted(absent) == ["2000", "2001", "2002", "2003"]
+    assert absent["2000"] == {"app": 30, "bot": 0, "lite": 0, "web": 30}
+    assert absent["2002"] == {"app": 27, "bot": 3, "lite": 0, "web": 30}
+    results = json.loads((paths.validation / "results.json").read_text())["slices"]
+    present = [r for s in results for r in s["expectations"] if r["expectation"] == "classes_present"]
+    assert len(present) == 1 and present[0]["success"] and present[0]["critical"]  # checked once, on the last slice
+
+
+def test_multiclass_class_absent_from_every_training_window_still_fails(tmp_path):
+    params, paths = _tweets(tmp_path, classes=["app", "bot", "lite", "web", "sms"])
+    with pytest.raises(gate.ValidationFailed) as err:
+        gate.run(params, paths.slices, paths.validation, echo=lambda _: None)
+    assert "slice 2003: classes_present failed" in str(err.value) and '"sms": 0' in str(err.value)
+    assert [f["expectation"] for f in json.loads((paths.validation / "summary.json").read_text())["failures"]] == [
+        "classes_present"]

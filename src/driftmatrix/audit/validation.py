@@ -31,7 +31,7 @@ from driftmatrix.audit.slices import Slices, allowed_values, axis_names, counts_
 from driftmatrix.config import ConfigError
 
 CHECKS = ("columns", "types", "not_null", "label_set", "split_set", "min_rows", "timestamp_in_period",
-          "unique_id", "id_in_one_slice", "classes_present", "class_share", "share_vs_history",
+          "unique_id", "id_in_one_slice", "classes_present", "classes_in_slice", "class_share", "share_vs_history",
           "split_stratification", "missing_share", "unseen_share")
 DEFAULT_CRITICAL = ("columns", "types", "not_null", "label_set", "split_set", "min_rows",
                     "timestamp_in_period", "unique_id", "id_in_one_slice", "classes_present", "split_stratification")
@@ -178,8 +178,10 @@ def schema_frame(frame: pd.DataFrame, kinds: Mapping[str, str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def class_frame(slices: Slices, index: int, levels: Sequence[Any], counts: np.ndarray, n: np.ndarray) -> pd.DataFrame:
-    """Per class of slice ``index``: share, share in the history before it, train/test shares.
+def class_frame(slices: Slices, index: int, levels: Sequence[Any], counts: np.ndarray, n: np.ndarray,
+                trained: np.ndarray | None = None) -> pd.DataFrame:
+    """Per class of slice ``index``: count, share, share in the history before it, train/test shares
+    and (``trained``) its training rows in all slices.
 
     ``counts``/``n`` are :func:`counts_by_slice` of all slices (computed once per run).
     """
@@ -194,7 +196,9 @@ def class_frame(slices: Slices, index: int, levels: Sequence[Any], counts: np.nd
     split_shares = {s: share(label_counts(p, meta, levels), len(p)) for s, p in parts.items()}
     gap = np.abs(split_shares["train"] - split_shares["test"])
     gap = np.where(np.isnan(gap), 1.0, gap)  # an empty split cannot be stratified
-    out = pd.DataFrame({"class": axis_names(meta, levels), "share": share(counts[index], n[index]),
+    out = pd.DataFrame({"class": axis_names(meta, levels), "count": counts[index].astype(int),
+                        "trained": counts.sum(axis=0) if trained is None else trained,
+                        "share": share(counts[index], n[index]),
                         "hist_share": hist, "train_share": split_shares["train"],
                         "test_share": split_shares["test"], "split_gap": gap})
     out["abs_change"] = (out["share"] - out["hist_share"]).abs()
@@ -284,11 +288,24 @@ def schema_expectations(gx: Any, schema: pd.DataFrame) -> list:
                     observed=observed, column="match", value_set=[True])]
 
 
-def class_expectations(gx: Any, classes: pd.DataFrame, index: int, cfg: ValidationConfig) -> list:
+def class_expectations(gx: Any, classes: pd.DataFrame, index: int, cfg: ValidationConfig, multiclass: bool = False,
+                       last: bool = True) -> list:
+    """Multiclass: a class absent from a slice is a warning (``classes_in_slice``, with the counts);
+    ``classes_present`` fails for a class no training window holds (checked on the last slice).
+    Other tasks: ``classes_present`` fails for a class, category or level absent from the slice."""
     shares = dict(zip(classes["class"], classes["share"]))
-    out = [_expect(gx, "ExpectColumnValuesToBeBetween", "classes_present", "share > 0 for every class",
-                   observed=_rounded(shares), column="share", min_value=0.0, strict_min=True),
-           _expect(gx, "ExpectColumnValuesToBeBetween", "class_share", {"min": cfg.share_min, "max": cfg.share_max},
+    if multiclass:
+        out = [_expect(gx, "ExpectColumnValuesToBeBetween", "classes_in_slice", "count > 0 for every class",
+                       observed=dict(zip(classes["class"], classes["count"].astype(int).tolist())), column="count",
+                       min_value=0, strict_min=True)]
+        out += [_expect(gx, "ExpectColumnValuesToBeBetween", "classes_present",
+                        "every class in some training window (train rows of all slices > 0)",
+                        observed=dict(zip(classes["class"], classes["trained"].astype(int).tolist())),
+                        column="trained", min_value=0, strict_min=True)] if last else []
+    else:
+        out = [_expect(gx, "ExpectColumnValuesToBeBetween", "classes_present", "share > 0 for every class",
+                       observed=_rounded(shares), column="share", min_value=0.0, strict_min=True)]
+    out += [_expect(gx, "ExpectColumnValuesToBeBetween", "class_share", {"min": cfg.share_min, "max": cfg.share_max},
                    observed=_rounded(shares), column="share", min_value=cfg.share_min, max_value=cfg.share_max),
            _expect(gx, "ExpectColumnValuesToBeBetween", "split_stratification",
                    f"|train share - test share| <= {cfg.split_tolerance}",
@@ -347,6 +364,7 @@ def validate_slices(slices: Slices, cfg: ValidationConfig, runner: GXRunner | No
     labelled = {"split", *slices.meta.label_columns} <= set(slices.rows.columns)
     levels = label_levels(slices.meta, slices.rows, cfg.label_values) if labelled else []
     counts, n = counts_by_slice(slices.rows, slices.meta, levels, len(slices.specs)) if labelled else (None, None)
+    trained = label_counts(slices.rows[slices.rows["split"] == "train"], slices.meta, levels) if labelled else None
     shared_ids = ids_in_several_slices(slices.rows)
     first = first_categories(slices)
     out = []
@@ -364,9 +382,10 @@ def validate_slices(slices: Slices, cfg: ValidationConfig, runner: GXRunner | No
         results += runner.validate("schema", schema, f"{label}-schema", schema_expectations(gx, schema),
                                    ["column", "expected", "observed"], cfg.max_examples)
         if labelled:
-            classes = class_frame(slices, i, levels, counts, n)
-            results += runner.validate("classes", classes, f"{label}-classes", class_expectations(gx, classes, i, cfg),
-                                       ["class"], cfg.max_examples)
+            classes = class_frame(slices, i, levels, counts, n, trained)
+            checks = class_expectations(gx, classes, i, cfg, slices.meta.task == "multiclass",
+                                        i == int(slices.specs[-1]["index"]))
+            results += runner.validate("classes", classes, f"{label}-classes", checks, ["class"], cfg.max_examples)
         if slices.meta.features:
             feats = feature_frame(slices, i, first)
             results += runner.validate("features", feats, f"{label}-features",

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import importlib
 import logging
+from collections import Counter
 from pathlib import Path
 
 from driftmatrix.config import Params
 from driftmatrix.data.table import DataError, IngestResult, save_ingested
+from driftmatrix.periods import month_label
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,18 @@ def ingest(params: Params, strict: bool = False) -> IngestResult:
         raise DataError(f"params.yaml: dataset.task is {ds.task!r} but the {ds.source!r} reader "
                         f"produces a {result.meta.task!r} task; set dataset.task: {result.meta.task}")
     result.validate()
+    result.report.per_period = per_period(result.table["timestamp"], params.slicing.period)
     return result
+
+
+def per_period(timestamps, period: str) -> Counter:
+    """Rows per slicing period (``slicing.period``), as the report and the log count them."""
+    ts = timestamps.dt.tz_convert("UTC")
+    months = (ts.dt.year * 12 + ts.dt.month - 1).value_counts()
+    out: Counter = Counter()
+    for m, n in months.items():
+        out[month_label(int(m), period)] += int(n)
+    return out
 
 
 def run(params: Params, out: str | Path = INGESTED_DIR, strict: bool = False) -> IngestResult:

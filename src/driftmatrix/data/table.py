@@ -106,6 +106,7 @@ class IngestReport:
     per_period: Counter = field(default_factory=Counter)
     notes: list[str] = field(default_factory=list)
     not_sampled: int = 0  # valid records left out by a sampling rule (not a drop, never strict)
+    missing: Counter = field(default_factory=Counter)  # feature tables: missing values per feature
 
     def drop(self, reason: str, location: str, detail: str = "") -> None:
         """Record one dropped record; in strict mode raise instead."""
@@ -130,6 +131,7 @@ class IngestReport:
             "dropped": dict(sorted(self.dropped.items())),
             "examples": self.examples,
             "per_period": dict(sorted(self.per_period.items())),
+            "missing": dict(self.missing),
             "notes": self.notes,
         }
 
@@ -146,6 +148,8 @@ class IngestReport:
             shown = ", ".join(f"{k}: {v}" for k, v in periods[:3])
             more = f", ... {periods[-1][0]}: {periods[-1][1]}" if len(periods) > 3 else ""
             lines.append(f"  kept per period ({len(periods)} periods): {shown}{more}")
+        if any(self.missing.values()):
+            lines.append("  missing values: " + ", ".join(f"{c} {n}" for c, n in self.missing.items() if n))
         lines.extend(f"  note: {n}" for n in self.notes)
         return "\n".join(lines)
 
@@ -204,5 +208,5 @@ def load_ingested(indir: str | Path) -> IngestResult:
                           examples=report_d.get("examples", {}),
                           per_period=Counter(report_d.get("per_period", {})),
                           notes=list(report_d.get("notes", [])),
-                          not_sampled=report_d.get("not_sampled", 0))
+                          not_sampled=report_d.get("not_sampled", 0), missing=Counter(report_d.get("missing", {})))
     return IngestResult(table=table, meta=meta, report=report, images=images)

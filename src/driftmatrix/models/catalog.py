@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from driftmatrix.features.encoders import CATALOGUE
-from driftmatrix.models.registry import BASELINE_FAMILY, ModelSpec, register
+from driftmatrix.models.registry import BASELINE_FAMILY, REGISTRY, ModelSpec, register
 
 DEFAULT_ENCODER = "RoBERTa"  # the paper's token states; params `embed.token_encoder` overrides
 TEXT_DEFAULTS = {"optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0, "lr": 5e-4}
@@ -120,3 +120,47 @@ def custom_spec(name: str, family: str) -> ModelSpec:
                      build=Builder("driftmatrix.models.tabular", "Custom"), train_defaults=TABULAR_DEFAULTS,
                      description=f"scikit-learn-compatible estimator {ESTIMATORS[name]['estimator']} on the unit's "
                                  "own preprocessing")
+
+
+#: Tasks of each tabular kind (``models.tabular``): only MLP-Tab's torch losses cover multilabel.
+TABULAR_TASKS = {"MLP": ("binary", "multiclass", "multilabel", "regression")}
+SINGLE_LABEL = ("binary", "multiclass", "regression")
+NEEDS = {"binary": "predict_proba", "multiclass": "predict_proba", "regression": "predict"}
+
+
+def model_problem(name: str, options: Mapping[str, Any], task: str, where: str) -> str | None:
+    """Why ``models.<name>`` with estimator ``options`` cannot work, or None (also for a name the
+    registry does not know); ``config.parse_params`` asks before anything trains: estimator options
+    on a model that takes none, a catalog name for an estimator, a task the model cannot do, an
+    estimator that cannot be imported or built, is not scikit-learn-compatible or lacks the method
+    its task scores with (e.g. ``predict_proba``)."""
+    spec = REGISTRY.get(name)
+    if spec is None:
+        return None
+    if spec.inputs != "table":
+        return f"{where}: {sorted(options)} configure tabular models only; {name} is a {spec.modality} model" \
+            if options else None
+    if options.get("estimator") and spec.family != "Custom":
+        return f"{where}: {name} is a catalog model; name your estimator something else (e.g. My{name})"
+    if task not in TABULAR_TASKS.get(spec.build.cls, SINGLE_LABEL):
+        return (f"{where}: {name} cannot do a {task} task (the tabular {task} model: MLP-Tab); remove it from "
+                "models or change dataset.task")
+    if spec.build.cls != "Custom":
+        return None
+    import importlib
+
+    path = str(options["estimator"])
+    module, _, cls = path.rpartition(".")
+    try:
+        est = getattr(importlib.import_module(module), cls)
+    except (ImportError, AttributeError) as exc:
+        return f"{where}.estimator: {path} cannot be imported: {exc}"
+    if not (hasattr(est, "fit") and hasattr(est, "get_params")):
+        return f"{where}.estimator: {path} is not a scikit-learn-compatible estimator (no fit / get_params)"
+    try:
+        est = est(**dict(options.get("params") or {}))
+    except Exception as exc:  # noqa: BLE001 - any constructor error, named in one line
+        return f"{where}.estimator: {path} cannot be built: {type(exc).__name__}: {' '.join(str(exc).split())}"
+    if not callable(getattr(est, NEEDS[task], None)):
+        return f"{where}.estimator: {path} has no {NEEDS[task]}(), which a {task} task scores with"
+    return None

@@ -15,11 +15,12 @@ counted (``TabularModel.unseen``); the audit stage reports the share of such row
 period.
 
 **Encodings.** ``onehot`` (LogReg, named estimators): numbers median-imputed with missing
-indicators and standardised, categories one-hot with missing as its own level. ``native``
-(HistGBT, LightGBM): numbers as they are (NaN = missing) and categories as codes 0..n-1 of the
-training categories, the trees' own categorical splits (at most :data:`MAX_NATIVE_CATEGORIES` per
-column, the most frequent; the rest count as unseen). ``embed`` (MLP-Tab): numbers as for onehot,
-categories as embedding indices (0 = missing or unseen).
+indicators and standardised, categories one-hot with missing as its own level (dense: at most
+:data:`CATEGORY_CAPS` columns per feature, the most frequent categories of the window; the rest
+count as unseen, and the train stage logs each feature it caps). ``native`` (HistGBT, LightGBM):
+numbers as they are (NaN = missing) and categories as codes 0..n-1 of the training categories, the
+trees' own categorical splits (at most :data:`CATEGORY_CAPS` per column, likewise). ``embed``
+(MLP-Tab): numbers as for onehot, categories as embedding indices (0 = missing or unseen).
 
 **Nothing is unpickled.** The state a unit stores is a dict of tensors written as safetensors:
 fitted scikit-learn objects as skops bytes, loaded with an explicit list of trusted types
@@ -43,7 +44,9 @@ log = logging.getLogger(__name__)
 FORMAT = "driftmatrix-tabular-1"
 KINDS = ("LogReg", "HistGBT", "LightGBM", "MLP", "Custom")
 ENCODING = {"LogReg": "onehot", "HistGBT": "native", "LightGBM": "native", "MLP": "embed", "Custom": "onehot"}
-MAX_NATIVE_CATEGORIES = 250  # HistGradientBoosting allows at most 255 bins per categorical feature
+#: Categories kept per column, the most frequent of the window (HistGradientBoosting allows at most
+#: 255 bins per categorical feature; a dense one-hot block stays small).
+CATEGORY_CAPS = {"native": 250, "onehot": 250}
 UNSEEN = -2.0  # one-hot code of a category the unit never saw (no column)
 PROB_FLOOR = 1e-7
 #: Types beyond skops' defaults that loading a catalog model's skops bytes may build.
@@ -131,8 +134,9 @@ class Preprocessor:
         for k in range(self.n_cat):
             h = cat[:, k][cat[:, k] != MISSING]
             values, counts = np.unique(h, return_counts=True)
-            if self.encoding == "native" and len(values) > MAX_NATIVE_CATEGORIES:
-                values = np.sort(values[np.argsort(-counts, kind="stable")[:MAX_NATIVE_CATEGORIES]])
+            cap = CATEGORY_CAPS.get(self.encoding, len(values))
+            if len(values) > cap:
+                values = np.sort(values[np.argsort(-counts, kind="stable")[:cap]])
             self.known.append(values.astype(np.int64))
         self.transformer = self._make().fit(self._matrix(num, cat, count=False))
         self.unseen = 0
@@ -273,6 +277,7 @@ class TabularModel:
         self.estimator = None  # scikit-learn estimator, LightGBM booster or TabMLP
         self.constant: np.ndarray | None = None  # logits when the window has a single class
         self.device = torch.device("cpu")
+        self.fit_summary = ""  # how the library fit went (training logs it); "" for MLP-Tab (epochs)
 
     # torch-like surface used by the stages
     def eval(self) -> "TabularModel":
@@ -312,6 +317,7 @@ class TabularModel:
             from driftmatrix.models.heads import prior_bias
 
             self.constant = prior_bias(self.task, y, self.num_outputs).astype(np.float32)
+            self.fit_summary = "one class in the window: its prior, nothing fitted"
             return []
         threads = max(torch.get_num_threads(), 1)
         if self.kind == "MLP":
@@ -321,6 +327,7 @@ class TabularModel:
         if self.kind == "LightGBM":
             self.estimator = _fit_lightgbm(x, y, self.task, self.num_outputs, self.prep.n_num, self.options, seed,
                                            threads, weights)
+            self.fit_summary = f"LightGBM, {self.estimator.current_iteration()} boosting rounds"
             return []
         from threadpoolctl import threadpool_limits
 
@@ -331,6 +338,7 @@ class TabularModel:
             except TypeError:  # an estimator without sample weights
                 self.estimator.fit(x, y)
         load(dump(self.estimator), self.trusted)  # fails here, not at scoring, when a type is untrusted
+        self.fit_summary = describe_fit(self.estimator)
         return []
 
     def _make_estimator(self, seed: int):
@@ -362,7 +370,8 @@ class TabularModel:
         self.estimator = TabMLP(x.shape[1], self.prep.cardinalities(), self.num_outputs,
                                 dropout=self.dropout).to(device)
         init_output_bias(self.estimator, self.task, y)
-        targets = torch.as_tensor(y.astype(np.float32 if self.task == "regression" else np.int64)).to(device)
+        classes = self.task in ("binary", "multiclass")
+        targets = torch.as_tensor(y.astype(np.int64 if classes else np.float32)).to(device)
         return fit(self.estimator, PreparedInputs(x, c, device), targets, np.arange(len(y)), cfg,
                    make_loss(self.task, y), seed, device, on_epoch)
 
@@ -438,6 +447,23 @@ class TabularModel:
 
     def describe(self) -> dict[str, Any]:
         return {"kind": self.kind, "encoding": self.encoding, "options": self.options}
+
+
+def capped_features(kind: str, options: Mapping[str, Any], categorical: Sequence[str], cat: np.ndarray) -> list[str]:
+    """One line per categorical feature with more categories (``cat``: hashes of all rows) than its
+    encoding keeps (:data:`CATEGORY_CAPS`)."""
+    encoding = options.get("encoding") or ENCODING[kind]
+    cap = CATEGORY_CAPS.get(encoding)
+    counts = [len(np.unique(cat[:, k][cat[:, k] != MISSING])) for k in range(len(categorical))] if cap else []
+    return [f"feature {name!r}: {n} categories; {encoding} encoding keeps the {cap} most frequent of each training "
+            "window, the rest count as unseen" for name, n in zip(categorical, counts) if n > cap]
+
+
+def describe_fit(est) -> str:
+    """``LogisticRegression, 23 iterations`` (``n_iter_``, the most of its fits), or ``<name>, fitted``
+    for an estimator that reports none."""
+    n = getattr(est, "n_iter_", None)
+    return f"{type(est).__name__}, {int(np.max(n))} iterations" if n is not None else f"{type(est).__name__}, fitted"
 
 
 def _level_weights(y: np.ndarray) -> np.ndarray:

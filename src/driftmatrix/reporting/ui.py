@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=5000)
     a = ap.parse_args(argv)
-    print(describe(a.uri, experiment_name(a.params), a.host, a.port), flush=True)
+    from driftmatrix.trackserver import redact
+
+    print(redact(describe(a.uri, experiment_name(a.params), a.host, a.port)), flush=True)
 
 
 if __name__ == "__main__":

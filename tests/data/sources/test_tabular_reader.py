@@ -13,7 +13,7 @@ id,when,body,extra,y
 r1,2015-03-01T12:00:00Z,hello,a,cat
 r2,1420070400,world,b,dog
 r3,1420070400000,third,c,bird
-r4,2016,fourth,d,cat
+r4,2016-01-01,fourth,d,cat
 r5,2015-01-01,"a,b",e
 r6,,no time,f,cat
 r7,not a date,x,g,cat

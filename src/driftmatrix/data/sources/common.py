@@ -91,8 +91,24 @@ def from_epoch(value: float, unit: str) -> datetime:
     return datetime.fromtimestamp(seconds, tz=timezone.utc)
 
 
-def parse_time(value: Any, fmt: str = "auto", field: str = "timestamp") -> datetime:
-    """Parse an epoch (s or ms), ISO-8601 string or plain year; raises Drop(bad timestamp)."""
+def time_kind(num: float) -> str:
+    """How ``time_format: auto`` may read a number: ``yyyymmdd`` (an 8-digit integer that is a
+    valid date, e.g. 20150601), ``year`` (an integer 1000-9999) or ``epoch`` (seconds, or
+    milliseconds from 1e11 on). The table reader decides one kind per column (tabular.time_kind_of)."""
+    if num.is_integer() and 10_000_000 <= num <= 99_999_999:
+        y, md = divmod(int(num), 10_000)
+        try:
+            if FIRST_YEAR <= y <= LAST_YEAR and date(y, md // 100, md % 100):
+                return "yyyymmdd"
+        except ValueError:
+            pass
+    return "year" if num.is_integer() and 1000 <= num <= 9999 else "epoch"
+
+
+def parse_time(value: Any, fmt: str = "auto", field: str = "timestamp", kind: str | None = None) -> datetime:
+    """Parse an epoch (``s`` or ``ms``), a ``yyyymmdd`` integer, an ISO-8601 string or a plain
+    ``year``; ``auto`` reads an ISO string as such and a number as ``kind`` (a :func:`time_kind`
+    decided for its column; None: each number's own). Raises Drop(bad timestamp)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         raise Drop(MISSING, field)
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, Decimal, str, datetime, date)):
@@ -113,13 +129,19 @@ def parse_time(value: Any, fmt: str = "auto", field: str = "timestamp") -> datet
         if num is not None and fmt != "iso":
             if math.isnan(num) or math.isinf(num):
                 raise ValueError("not finite")
-            if fmt == "year" or (fmt == "auto" and num.is_integer() and 1000 <= num <= 9999):
+            kind = (kind or time_kind(num)) if fmt == "auto" else fmt
+            if kind == "yyyymmdd":
+                if not (num.is_integer() and 10_000_000 <= num <= 99_999_999):
+                    raise ValueError("not a yyyymmdd date")
+                y, md = divmod(int(num), 10_000)
+                return datetime(y, md // 100, md % 100, tzinfo=timezone.utc)
+            if kind == "year":
                 if not (num.is_integer() and 1 <= num <= 9999):
                     raise ValueError("not a year")
                 return datetime(int(num), 1, 1, tzinfo=timezone.utc)
-            unit = fmt if fmt in ("s", "ms") else ("ms" if abs(num) >= 1e11 else "s")
+            unit = kind if kind in ("s", "ms") else ("ms" if abs(num) >= 1e11 else "s")
             return from_epoch(num, unit)
-        if fmt in ("s", "ms", "year"):
+        if fmt != "auto" and fmt != "iso":
             raise ValueError(f"expected a number ({fmt})")
         d = datetime.fromisoformat(value.strip())
         return d.astimezone(timezone.utc) if d.tzinfo else d.replace(tzinfo=timezone.utc)

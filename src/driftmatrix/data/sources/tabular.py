@@ -2,16 +2,20 @@
 
 Options (``params.yaml: dataset.options`` or ``--option key=value``):
 
-- ``timestamp`` (required): column with an epoch (s or ms), an ISO-8601 string or a plain year;
-  ``time_format``: ``auto`` (default; >= 1e11 is ms, a 4-digit integer is a year) | ``s`` | ``ms`` |
-  ``iso`` | ``year``;
+- ``timestamp`` (required): column with an epoch (s or ms), a ``yyyymmdd`` date (20150601,
+  "19960507"), an ISO-8601 string or a plain year; ``time_format``: ``auto`` (default: ISO text as
+  such, the column's numbers one way: :func:`time_kind_of`) | ``s`` | ``ms`` | ``iso`` | ``year`` |
+  ``yyyymmdd`` (alias ``date``);
 - ``input``: text column(s), joined with a blank line (required unless ``features`` is given);
 - ``features``: feature columns for tabular models, instead of or beside ``input``: ``auto``
   (every other column, numeric or categorical by its values, the schema printed in the ingest
   report; a column of unique or more than ``max_categories`` distinct strings is left out and
-  named) or ``{numeric: [...], categorical: [...]}``. Missing values stay missing (NaN / None); a
-  value of the wrong type in a numeric column (text that is not a number, a list) drops the row as
-  ``wrong type`` naming the column; a declared column absent from a file is a one-line error;
+  named) or ``{numeric: [...], categorical: [...]}``. Missing values stay missing (NaN / None) and
+  are counted per column in the report; a value of the wrong type in a numeric column (text that
+  is not a number, a list) drops the row as ``wrong type`` naming the column; a declared column
+  absent from a file is a one-line error;
+- ``na_values``: texts that mean a missing value in a feature, label, time or id column (default
+  :data:`NA_VALUES`); a missing feature value never drops the row (a missing label, time or id does);
 - ``label`` (required): the label column; for ``multilabel`` either several 0/1 columns or one
   column holding category names separated by ``label_sep`` (default space) or a JSON list;
 - ``task``: binary | multiclass | multilabel | regression (the pipeline passes ``dataset.task``;
@@ -35,7 +39,7 @@ from __future__ import annotations
 import csv
 import gzip
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -43,18 +47,20 @@ from typing import Any, Iterator, Mapping, Sequence
 from driftmatrix.data.jsonl import (BAD_LABEL, BAD_TYPE, MISSING, STREAM_ERRORS, UNPARSEABLE, Drop,
                                     count_unreadable, error_text, is_gzip, parse_records, rel_label,
                                     stream_jsonl)
-from driftmatrix.data.sources.common import (TableBuilder, as_list, check_scope, end_of_scope, join_inputs,
-                                             parse_date, parse_time, period_label, preview, take_options)
+from driftmatrix.data.sources.common import (FIRST_YEAR, LAST_YEAR, TableBuilder, as_list, check_scope,
+                                             end_of_scope, join_inputs, parse_date, parse_time, period_label,
+                                             preview, take_options, time_kind)
 from driftmatrix.data.table import TASKS, DataError, DatasetMeta, IngestReport, IngestResult
 
 FORMATS = {".csv": "csv", ".tsv": "csv", ".parquet": "parquet", ".pq": "parquet", ".jsonl": "jsonl",
            ".ndjson": "jsonl", ".json": "jsonl"}
-TIME_FORMATS = ("auto", "s", "ms", "iso", "year")
+TIME_FORMATS = ("auto", "s", "ms", "iso", "year", "yyyymmdd", "date")
+NA_VALUES = ("", "NA", "N/A", "NaN", "null", "None", "?", "-")
 DEFAULTS: dict[str, Any] = {
     "timestamp": None, "time_format": "auto", "input": None, "label": None, "task": None,
     "classes": None, "id": None, "period": "year", "start": None, "end": None, "format": None,
     "delimiter": ",", "label_sep": " ", "progress": True, "target_range": [0, 1000],
-    "features": None, "max_categories": 1000,
+    "features": None, "max_categories": 1000, "na_values": list(NA_VALUES),
 }
 #: Records read from the first file to infer ``features: auto``; a column is numeric when at least
 #: NUMERIC_SHARE of the values present there are numbers.
@@ -80,6 +86,8 @@ class Spec:
     target_range: tuple[float, float] = (0.0, 1000.0)
     numeric: tuple[str, ...] = ()
     categorical: tuple[str, ...] = ()
+    na: frozenset = frozenset(NA_VALUES)
+    time_kind: str | None = None  # time_format auto: how the column's numbers read (time_kind_of)
 
 
 @dataclass(frozen=True)
@@ -92,8 +100,9 @@ class Row:
     features: tuple = ()  # numeric values (float, NaN = missing), then categories (str | None)
 
 
-def _blank(v: Any) -> bool:
-    return v is None or (isinstance(v, str) and not v.strip()) or (isinstance(v, float) and v != v)
+def _blank(v: Any, na: frozenset = frozenset()) -> bool:
+    """A missing value: None, NaN, blank text or a missing-value marker (``na``)."""
+    return v is None or (isinstance(v, str) and (not v.strip() or v.strip() in na)) or (isinstance(v, float) and v != v)
 
 
 def label_key(v: Any, col: str | None = None) -> str:
@@ -127,13 +136,13 @@ def _flag(v: Any, col: str) -> int:
 def parse_label(raw: dict[str, Any], spec: Spec) -> Any:
     if spec.task == "multilabel" and len(spec.labels) > 1:
         for col in spec.labels:
-            if _blank(raw.get(col)):
+            if _blank(raw.get(col), spec.na):
                 raise Drop(MISSING, col)
         return tuple(_flag(raw[col], col) for col in spec.labels)
     col = spec.labels[0]
     v = raw.get(col)
-    if v is None or (not isinstance(v, str) and _blank(v)) or (spec.task != "multilabel" and _blank(v)):
-        raise Drop(MISSING, col)
+    if _blank(v, spec.na) and not (spec.task == "multilabel" and isinstance(v, str) and not v.strip()):
+        raise Drop(MISSING, col)  # multilabel: blank text is the empty set
     if spec.task == "regression":
         if isinstance(v, bool) or not isinstance(v, (int, float, str)):
             raise Drop(BAD_TYPE, col, f"{preview(v, 20)} ({type(v).__name__}) is not a number")
@@ -162,24 +171,25 @@ def parse_label(raw: dict[str, Any], spec: Spec) -> Any:
 
 def parse_row(raw: dict[str, Any], spec: Spec) -> Row:
     """One record (column -> value) -> :class:`Row`, or :class:`Drop` naming the column."""
-    rid = None
+    rid, na = None, spec.na
     if spec.id_col is not None:
-        if _blank(raw.get(spec.id_col)):
+        if _blank(raw.get(spec.id_col), na):
             raise Drop(MISSING, spec.id_col)
         rid = label_key(raw[spec.id_col], spec.id_col)
-    t = parse_time(raw.get(spec.time_col), spec.time_format, spec.time_col)
+    t = raw.get(spec.time_col)
+    t = parse_time(None if _blank(t, na) else t, spec.time_format, spec.time_col, spec.time_kind)
     check_scope(t, spec.start, spec.stop, spec.time_col)
     label = parse_label(raw, spec)
     text = join_inputs(raw, spec.inputs, normalise=False) if spec.inputs else None
-    feats = tuple(parse_number(raw.get(c), c) for c in spec.numeric) + \
-        tuple(parse_category(raw.get(c), c) for c in spec.categorical)
+    feats = tuple(parse_number(raw.get(c), c, na) for c in spec.numeric) + \
+        tuple(parse_category(raw.get(c), c, na) for c in spec.categorical)
     return Row(rid, t, period_label(t, spec.period), label, text, feats)
 
 
-def parse_number(v: Any, col: str) -> float:
-    """A numeric feature value: NaN when missing; Drop(wrong type) for text that is not a number,
-    a non-finite number or a value of another kind (list, object, date)."""
-    if _blank(v):
+def parse_number(v: Any, col: str, na: frozenset = frozenset(NA_VALUES)) -> float:
+    """A numeric feature value: NaN when missing (or a marker in ``na``); Drop(wrong type) for text
+    that is not a number, a non-finite number or a value of another kind (list, object, date)."""
+    if _blank(v, na):
         return math.nan
     if isinstance(v, bool):
         return float(v)
@@ -200,10 +210,10 @@ def parse_number(v: Any, col: str) -> float:
     return x
 
 
-def parse_category(v: Any, col: str) -> str | None:
+def parse_category(v: Any, col: str, na: frozenset = frozenset(NA_VALUES)) -> str | None:
     """A categorical feature value as its canonical text (1, 1.0 and "1" are one category); None
-    when missing; Drop(wrong type) for a list, an object or bytes."""
-    if _blank(v):
+    when missing (or a marker in ``na``); Drop(wrong type) for a list, an object or bytes."""
+    if _blank(v, na):
         return None
     return label_key(v, col)
 
@@ -212,19 +222,19 @@ def _is_number(v: Any) -> bool:
     if isinstance(v, bool):
         return False
     try:
-        parse_number(v, "")
+        parse_number(v, "", frozenset())
     except Drop:
         return False
     return True
 
 
 def infer_features(records: Iterator[tuple[str, dict]], skip: set[str], max_categories: int,
-                   limit: int = SAMPLE_ROWS) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]:
+                   limit: int = SAMPLE_ROWS, na: frozenset = frozenset(NA_VALUES)
+                   ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]:
     """``features: auto`` from up to ``limit`` records: (numeric, categorical, {ignored column:
-    why}). A column is numeric when at least :data:`NUMERIC_SHARE` of its values present are numbers or
-    text that parses as one,
-    categorical otherwise (text, booleans), and left out
-    when it is empty, nested, a date, or holds unique or over ``max_categories`` distinct values."""
+    why}). A column is numeric when at least :data:`NUMERIC_SHARE` of its values present (markers in
+    ``na`` are missing) are numbers or text that parses as one, categorical otherwise (text,
+    booleans), and left out when empty, nested, a date, or of unique or over ``max_categories`` values."""
     order: dict[str, None] = {}
     values: dict[str, list] = {}
     for n, (_, raw) in enumerate(records):
@@ -234,7 +244,7 @@ def infer_features(records: Iterator[tuple[str, dict]], skip: set[str], max_cate
             if col in skip:
                 continue
             order.setdefault(col, None)
-            if not _blank(v):
+            if not _blank(v, na):
                 values.setdefault(col, []).append(v)
     numeric, categorical, ignored = [], [], {}
     for col in order:
@@ -393,6 +403,9 @@ def _spec(opts: dict[str, Any]) -> Spec:
         raise DataError(f"table reader: option task {opts['task']!r} not in {TASKS}")
     if opts["time_format"] not in TIME_FORMATS:
         raise DataError(f"table reader: option time_format {opts['time_format']!r} not in {TIME_FORMATS}")
+    na = opts["na_values"]
+    if not isinstance(na, (list, tuple)) or not all(isinstance(v, str) for v in na):
+        raise DataError(f"table reader: option na_values must be a list of texts, got {na!r}")
     labels = tuple(as_list(opts["label"]))
     if len(labels) > 1 and opts["task"] != "multilabel":
         raise DataError(f"table reader: several label columns {list(labels)} need task multilabel")
@@ -407,9 +420,10 @@ def _spec(opts: dict[str, Any]) -> Spec:
     clash = sorted(used & {*declared[0], *declared[1]})
     if clash:
         raise DataError(f"table reader: {clash} cannot be a feature (timestamp, label or id column)")
-    return Spec(str(opts["timestamp"]), opts["time_format"], tuple(as_list(opts["input"])), labels,
-                opts["task"], classes, opts["id"], opts["period"], start, stop, str(opts["label_sep"]),
-                _target_range(opts["target_range"]), *declared)
+    return Spec(str(opts["timestamp"]), "yyyymmdd" if opts["time_format"] == "date" else opts["time_format"],
+                tuple(as_list(opts["input"])), labels, opts["task"], classes, opts["id"], opts["period"], start,
+                stop, str(opts["label_sep"]), _target_range(opts["target_range"]), *declared,
+                frozenset(v.strip() for v in na))
 
 
 def _target_range(value: Any) -> tuple[float, float]:
@@ -467,15 +481,52 @@ def _records(file: Path, kind: str, label: str, report: IngestReport, opts: Mapp
     return stream_jsonl(file, report, label, bool(opts["progress"]))
 
 
-def _with_auto_features(spec: Spec, files: list[tuple[Path, str]], root: Path, opts: Mapping[str, Any],
-                        report: IngestReport) -> Spec:
-    """``features: auto``: the schema inferred from the first file's first records, noted in the report."""
-    from dataclasses import replace
+def _sample(files: list[tuple[Path, str]], root: Path, opts: Mapping[str, Any]) -> list[tuple[str, dict]]:
+    """The first file's first :data:`SAMPLE_ROWS` records: what ``auto`` options decide from."""
+    from itertools import islice
 
     file, kind = files[0]
+    records = _records(file, kind, rel_label(file, root), IngestReport(), {**opts, "progress": False}, None)
+    return list(islice(records, SAMPLE_ROWS))
+
+
+_READS = {"yyyymmdd": "a yyyymmdd date", "year": "a year", "epoch": "an epoch (s or ms)"}
+
+
+def time_kind_of(sample: Sequence[tuple[str, dict]], col: str, na: frozenset = frozenset()) -> str | None:
+    """How ``time_format: auto`` reads the numbers of column ``col``, decided once from ``sample``
+    (``common.time_kind``: all valid 8-digit dates are yyyymmdd, all 1678-2261 years, else epochs,
+    >= 1e11 in ms); None when it holds no number. Numbers of two kinds (2016 beside 1420070400,
+    20150601 beside 2015), or 4-digit ones no table holds as years, are a DataError naming the file,
+    record and column: one column is never read two ways."""
+    first: dict[str, tuple[str, Any]] = {}
+    for loc, raw in sample:
+        v = raw.get(col)
+        if _blank(v, na) or isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            continue
+        try:
+            num = float(v)
+        except (ValueError, OverflowError):
+            continue  # ISO text (or a bad value: dropped when read)
+        if not math.isfinite(num):
+            continue
+        kind, ask = time_kind(num), "set dataset.options.time_format to one of s, ms, year, yyyymmdd"
+        if kind == "year" and not FIRST_YEAR <= num <= LAST_YEAR:
+            raise DataError(f"{loc}: column {col!r}: {v!r} reads as a year outside {FIRST_YEAR}-{LAST_YEAR} or as "
+                            f"epoch seconds; {ask}")
+        first.setdefault(kind, (loc, v))
+        if len(first) > 1:
+            (a, (loc_a, va)), (b, (loc_b, vb)) = first.items()
+            raise DataError(f"{loc_b}: column {col!r}: {vb!r} reads as {_READS[b]} but {va!r} ({loc_a}) as "
+                            f"{_READS[a]}; {ask}")
+    return next(iter(first), None)
+
+
+def _with_auto_features(spec: Spec, sample: list[tuple[str, dict]], file: Path, opts: Mapping[str, Any],
+                        report: IngestReport) -> Spec:
+    """``features: auto``: the schema inferred from the sampled records, noted in the report."""
     skip = {spec.time_col, *spec.labels, *spec.inputs, *([spec.id_col] if spec.id_col else [])}
-    sample = _records(file, kind, rel_label(file, root), IngestReport(), {**opts, "progress": False}, None)
-    numeric, categorical, ignored = infer_features(sample, skip, int(opts["max_categories"]))
+    numeric, categorical, ignored = infer_features(iter(sample), skip, int(opts["max_categories"]), na=spec.na)
     if not numeric and not categorical:
         raise DataError(f"{file}: features auto found no numeric or categorical column besides "
                         f"{sorted(skip)}")
@@ -494,10 +545,15 @@ def read_table(path: str | Path, name: str = "table", strict: bool = False, **op
     report = IngestReport(strict=strict)
     builder = TableBuilder(("_label",), report, text=bool(spec.inputs))
     files = _files(root, opts["format"])
+    sample = _sample(files, root, opts) if "auto" in (opts["features"], spec.time_format) else []
     if opts["features"] == "auto":
-        spec = _with_auto_features(spec, files, root, opts, report)
+        spec = _with_auto_features(spec, sample, files[0][0], opts, report)
     elif spec.numeric or spec.categorical:
         report.notes.append(describe_schema(spec.numeric, spec.categorical))
+    if spec.time_format == "auto":
+        spec = replace(spec, time_kind=time_kind_of(sample, spec.time_col, spec.na))
+        if spec.time_kind:
+            report.notes.append(f"time_format auto: numbers in {spec.time_col!r} read as {_READS[spec.time_kind]}")
     features = (*spec.numeric, *spec.categorical)
     columns = [spec.time_col, *spec.inputs, *spec.labels, *features] + ([spec.id_col] if spec.id_col else [])
     values: list[tuple] = []
@@ -526,6 +582,7 @@ def read_table(path: str | Path, name: str = "table", strict: bool = False, **op
         column = [v[k] for v in values]
         table[feature_column(f)] = np.asarray(column, dtype=np.float64) if k < len(spec.numeric) else \
             pd_object(column)
+        report.missing[f] = int(table[feature_column(f)].isna().sum())
     meta = DatasetMeta(name=name, task=spec.task, input_kind="table" if features else "text", label_columns=cols,
                        class_names=tuple(classes), period=spec.period, numeric=spec.numeric,
                        categorical=spec.categorical)
