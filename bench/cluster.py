@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testkit: the test-only pipeline helpers
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
@@ -38,7 +39,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), os.env
 def side(raw: dict, folder: Path) -> dict:
     from driftmatrix import evaluation, matrices, tracking, training
     from driftmatrix.config import parse_params
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
 
     folder.mkdir(parents=True)
     os.chdir(folder)
@@ -86,7 +87,7 @@ def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from driftmatrix.cluster import LocalRayCluster
-    from driftmatrix.trackserver import MlflowServer, Postgres
+    from testkit.servers import MlflowServer, Postgres
 
     base = yaml.safe_load((REPO / "params.yaml").read_text())
     if args.models:

@@ -6,7 +6,7 @@ For each format (Amazon and arXiv JSON lines, CSV, Parquet, Yearbook folder, zip
 writes seeded mutated files into a temporary folder, reads each file with its reader and checks: no
 crash (a DataError naming the file is a clean refusal), read = kept + dropped (+ not sampled) for
 every file, every drop with a known reason and a location, no record silently lost (see
-driftmatrix.data.fuzz). Prints one line per format and writes the figures as JSON (default
+testkit.fuzz). Prints one line per format and writes the figures as JSON (default
 outputs/bench/fuzz.json); exits 1 if any check failed.
 """
 
@@ -19,10 +19,11 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testkit: the test-only pipeline helpers
 
 
 def main() -> int:
-    from driftmatrix.data.fuzz import FORMATS, fuzz_format, summarise
+    from testkit.fuzz import FORMATS, fuzz_format, summarise
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=1000, help="mutated records per format")

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testkit: the test-only pipeline helpers
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -251,7 +252,7 @@ def inprocess_reference(repo: Repo, out: Path) -> dict[str, list]:
     into ``out`` (MLflow: whatever ``MLFLOW_TRACKING_URI`` names; set it to a scratch store)."""
     from driftmatrix import matrices as stage
     from driftmatrix.config import parse_params
-    from driftmatrix.pipeline import Paths, prepare, train_and_evaluate
+    from testkit.pipeline import Paths, prepare, train_and_evaluate
 
     raw = yaml.safe_load((repo.work / "params.yaml").read_text())
     raw["dataset"]["path"] = str(repo.work / raw["dataset"]["path"])

@@ -21,6 +21,8 @@ both runs are compared for bit-identity. The figures move with the machine's loa
 
 from __future__ import annotations
 
+import sys
+
 import argparse
 import json
 import logging
@@ -31,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testkit: the test-only pipeline helpers
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -75,7 +78,7 @@ class Nothing:
 
 def run_one(params, slices: Path, out: Path, executor) -> dict:
     """Train and evaluate every model through ``executor``; timings per stage."""
-    from driftmatrix import evaluation, tracking, training
+    from driftmatrix import checkpoints, evaluation, tracking, training
 
     tracking.configure(params.tracking)  # the store is created before timing
     t = {"train_units": 0, "train_wall": 0.0, "unit_seconds": 0.0, "sync": 0.0, "eval_units": 0, "eval_wall": 0.0}
@@ -122,7 +125,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     from driftmatrix.executor import LocalExecutor, RayExecutor, runtime_config, start_ray, unit_threads
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
 
     base = yaml.safe_load((REPO / "params.yaml").read_text())
     print(f"load before: {load_average()}")

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 import yaml
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testkit: the test-only pipeline helpers
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -64,7 +65,7 @@ def bench_startup(env: dict[str, str]) -> None:
 def bench_default(base: dict) -> None:
     from driftmatrix.config import parse_params
     from driftmatrix import evaluation, matrices, training
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
 
     with tempfile.TemporaryDirectory() as d:
         tmp = Path(d)

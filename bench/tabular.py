@@ -16,6 +16,8 @@ seeds, under 15 minutes and 4 GB on 2 cores.
 
 from __future__ import annotations
 
+import sys
+
 import argparse
 import json
 import resource
@@ -24,6 +26,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testkit: the test-only pipeline helpers
 
 
 def make_table(path: Path, rows: int, periods: int, numeric: int, categorical: int, seed: int = 0) -> None:
@@ -67,7 +70,7 @@ def main() -> None:
 
     from driftmatrix import evaluation, matrices, training
     from driftmatrix.config import parse_params
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
 
     root = args.out or Path(tempfile.mkdtemp(prefix="tabular-bench-"))
     table = root / "raw" / "table.parquet"

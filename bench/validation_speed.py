@@ -9,10 +9,13 @@ it is paid once per process).
 
 from __future__ import annotations
 
+import sys
+
 import argparse
 import tempfile
 import time
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # testkit: the test-only pipeline helpers
 
 
 def main() -> None:
@@ -22,7 +25,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from driftmatrix.audit import gate
-    from driftmatrix.audit.synthetic import make_slices, write_slices
+    from testkit.slices import make_slices, write_slices
     from driftmatrix.config import parse_params
 
     t0 = time.perf_counter()

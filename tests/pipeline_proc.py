@@ -23,7 +23,7 @@ def main() -> None:
 
     from driftmatrix import evaluation, matrices, training
     from driftmatrix.config import load_params
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
 
     params = load_params(Path(args.params))
     paths = Paths(Path("outputs"))

@@ -52,7 +52,7 @@ def test_credentials_never_show_in_the_line_of_an_unreachable_server(monkeypatch
     """A real request to a closed port on 127.0.0.1 through a URI with ``user:secret@``."""
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix.cluster import free_port
+    from testkit.servers import free_port
 
     uri = f"http://user:secret@127.0.0.1:{free_port()}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from driftmatrix import matrices
-from driftmatrix.pipeline import Paths, prepare, train_and_evaluate
+from testkit.pipeline import Paths, prepare, train_and_evaluate
 
 MODELS = {"MLP-S": {}, "Prior": {}}
 

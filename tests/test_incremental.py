@@ -14,7 +14,7 @@ from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
 from driftmatrix import matrices, status
-from driftmatrix.pipeline import Paths, prepare, train_and_evaluate
+from testkit.pipeline import Paths, prepare, train_and_evaluate
 from driftmatrix.tracking import configure
 
 

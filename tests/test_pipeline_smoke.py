@@ -9,7 +9,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from driftmatrix import checkpoints, training
-from driftmatrix.pipeline import Paths, run_all, train_and_evaluate
+from testkit.pipeline import Paths, run_all, train_and_evaluate
 from driftmatrix.tracking import configure, load_registered
 
 

@@ -13,7 +13,7 @@ import yaml
 
 from driftmatrix.config import to_raw
 from driftmatrix.executor import LocalExecutor, RuntimeConfig
-from driftmatrix.pipeline import Paths, prepare
+from testkit.pipeline import Paths, prepare
 
 
 @dataclass(frozen=True)

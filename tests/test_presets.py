@@ -83,7 +83,7 @@ def test_yearbook_counts_and_slices_agree_with_the_published_matrices():
 
 def test_yearbook_preset_gate_passes_the_tiny_years_and_still_reports_them(tmp_path):
     from driftmatrix.audit import gate
-    from driftmatrix.audit.synthetic import write_slices
+    from testkit.slices import write_slices
 
     params = load_params(PRESETS / "yearbook.yaml")
     early = {y: n for y, n in YEARBOOK_COUNTS.items() if y <= 1926}  # every year under 20 portraits

@@ -111,7 +111,7 @@ def test_environment_round_trips_and_names_its_differences():
 
 # --- on tiny data -------------------------------------------------------------------------------
 def _tiny(tmp_path, tiny_params, **over):
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
 
     params = tiny_params(tmp_path, train={"seeds": [0], "epochs": 1}, **over)
     paths = Paths(tmp_path / "out")
@@ -149,7 +149,7 @@ def test_later_stages_key_with_the_recorded_environment(tmp_path, tiny_params, m
     cell: they read the environment the train stage recorded."""
     from driftmatrix import matrices, status, training
     from driftmatrix.evaluation import ScoreStore
-    from driftmatrix.pipeline import train_and_evaluate
+    from testkit.pipeline import train_and_evaluate
 
     params, paths = _tiny(tmp_path, tiny_params)
     train_and_evaluate(params, paths)

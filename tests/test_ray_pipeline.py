@@ -12,7 +12,7 @@ from mlflow.tracking import MlflowClient
 from driftmatrix import matrices
 from driftmatrix.config import replace
 from driftmatrix.executor import KILL_ENV
-from driftmatrix.pipeline import Paths, prepare, train_and_evaluate
+from testkit.pipeline import Paths, prepare, train_and_evaluate
 from driftmatrix.tracking import configure
 
 MODELS = {"MLP-S": {}, "Prior": {}}

@@ -30,7 +30,7 @@ import torch
 
 from driftmatrix import checkpoints, serving, tracking, training
 from driftmatrix.features import encoders
-from driftmatrix.pipeline import Paths, prepare, train_and_evaluate
+from testkit.pipeline import Paths, prepare, train_and_evaluate
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

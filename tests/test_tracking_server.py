@@ -22,7 +22,7 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def postgres(tmp_path_factory):
-    from driftmatrix.trackserver import Postgres, postgres_bin
+    from testkit.servers import Postgres, postgres_bin
 
     if postgres_bin() is None:
         pytest.skip("PostgreSQL is not installed (Debian: apt-get install postgresql; .ci/run does)")
@@ -41,7 +41,7 @@ def postgres(tmp_path_factory):
 def server(postgres, tmp_path_factory):
     """One tracking server on one database for the module (tests keep to their own experiment and
     dataset names); a test that stops it starts it again."""
-    from driftmatrix.trackserver import MlflowServer
+    from testkit.servers import MlflowServer
 
     folder = tmp_path_factory.mktemp("server")
     srv = MlflowServer(postgres.create_database("mlflow"), folder / "artifacts", log=folder / "server.log").start()

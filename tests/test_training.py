@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from driftmatrix.pipeline import Paths, prepare
+from testkit.pipeline import Paths, prepare
 from driftmatrix.training import Experiment, largest_first, predict
 from driftmatrix.units import Unit
 

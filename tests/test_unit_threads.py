@@ -49,7 +49,7 @@ def test_ray_units_run_with_the_units_threads(ray_cluster):
 
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="one thread here: local and Ray agree trivially")
 def test_a_cnn_unit_trains_to_the_same_bits_locally_and_on_ray(tmp_path, tiny_params, ray_cluster):
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
     from driftmatrix.training import Experiment, ExperimentRecipe, train_task
 
     params = tiny_params(tmp_path, models={"CNN-S": {}}, train={"seeds": [0]})

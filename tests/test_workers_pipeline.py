@@ -13,7 +13,7 @@ import yaml
 
 from driftmatrix import evaluation, training
 from driftmatrix.config import to_raw
-from driftmatrix.pipeline import Paths, prepare
+from testkit.pipeline import Paths, prepare
 
 MODELS = {"MLP-S": {}}
 

@@ -5,7 +5,7 @@ import pytest
 
 from driftmatrix.audit import drift
 from driftmatrix.audit.slices import axis_names, counts_by_slice, label_levels
-from driftmatrix.audit.synthetic import make_slices
+from testkit.slices import make_slices
 from driftmatrix.data.table import DatasetMeta
 
 K = 6

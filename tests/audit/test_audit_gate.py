@@ -9,7 +9,7 @@ import yaml
 from typer.testing import CliRunner
 
 from driftmatrix.audit import gate
-from driftmatrix.audit.synthetic import make_slices, write_slices
+from testkit.slices import make_slices, write_slices
 from driftmatrix.audit.validation import ValidationConfig
 from driftmatrix.cli import app
 from driftmatrix.config import ConfigError, parse_params
@@ -196,7 +196,7 @@ def test_override_rules_deduplicate_and_keep_order():
 def _tweets(tmp_path, classes=None):
     """A multiclass table (tweets by client) whose rare clients come and go: `lite` only in 2001 and
     2003, `bot` only in 2002; `web` and `app` in every year. Ingested and sliced by year."""
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
 
     raw = tmp_path / "raw"
     raw.mkdir(exist_ok=True)

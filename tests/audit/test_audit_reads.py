@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from driftmatrix.audit.synthetic import make_slices, write_slices
+from testkit.slices import make_slices, write_slices
 
 REPO = Path(__file__).resolve().parents[2]
 

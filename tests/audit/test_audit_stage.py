@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from driftmatrix.audit import gate, stage
-from driftmatrix.audit.synthetic import make_slices, write_slices
+from testkit.slices import make_slices, write_slices
 from driftmatrix.config import parse_params
 
 K = 5

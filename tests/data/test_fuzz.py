@@ -1,11 +1,11 @@
 """Short fuzz suite: about 100 mutated records per input format, every reader, every invariant.
 
-The full run (1,000 per format) is ``python bench/fuzz.py``; both use driftmatrix.data.fuzz.
+The full run (1,000 per format) is ``python bench/fuzz.py``; both use testkit.fuzz.
 """
 
 import pytest
 
-from driftmatrix.data.fuzz import FORMATS, build, fuzz_format, summarise
+from testkit.fuzz import FORMATS, build, fuzz_format, summarise
 
 # reasons each format's mutations must produce: proof that the fuzzing reaches the readers' checks
 EXPECTED_REASONS = {

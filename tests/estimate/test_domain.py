@@ -81,7 +81,7 @@ def test_a_feature_table_gives_its_numeric_columns_per_slice(tmp_path):
     as the evaluate stage orders a cell's rows (no training needed)."""
     from driftmatrix.config import parse_params
     from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
     from driftmatrix.slicing import load_slices
 
     params = parse_params({

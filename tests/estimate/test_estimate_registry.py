@@ -13,7 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from driftmatrix.pipeline import Paths, prepare, train_and_evaluate
+from testkit.pipeline import Paths, prepare, train_and_evaluate
 
 MODELS = {"MLP-S": {}, "Prior": {}}
 YEARS = 3

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from driftmatrix.pipeline import Paths, run_all
+from testkit.pipeline import Paths, run_all
 
 MODELS = {"MLP-S": {}, "Prior": {}}
 

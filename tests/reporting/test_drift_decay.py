@@ -9,7 +9,7 @@ import pytest
 from driftmatrix import report
 from driftmatrix.audit import stage
 from driftmatrix.audit.slices import load_slices
-from driftmatrix.audit.synthetic import make_slices, write_slices
+from testkit.slices import make_slices, write_slices
 from driftmatrix.config import parse_params
 from driftmatrix.reporting import drift_decay
 

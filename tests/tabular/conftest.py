@@ -36,7 +36,7 @@ def table_params():
 @pytest.fixture
 def sliced(tmp_path, table_params):
     """(params, paths) of a generated, ingested and sliced tiny table (5 years)."""
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
 
     params = table_params(tmp_path)
     paths = Paths(tmp_path / "out")

@@ -11,7 +11,7 @@ import pandas as pd
 
 from driftmatrix import evaluation, matrices, training
 from driftmatrix.audit import gate
-from driftmatrix.pipeline import Paths, prepare
+from testkit.pipeline import Paths, prepare
 
 from conftest import make_table_params
 

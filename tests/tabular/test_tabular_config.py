@@ -104,7 +104,7 @@ def test_mlp_tab_is_the_tabular_multilabel_model_and_trains(tmp_path):
     import pandas as pd
 
     from driftmatrix import evaluation, matrices, training
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
 
     rng = np.random.default_rng(0)
     x, c = rng.normal(size=300), rng.choice(["u", "v"], 300)

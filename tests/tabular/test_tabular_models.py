@@ -150,7 +150,7 @@ def test_loading_code_has_no_pickle_path():
 
 
 def test_an_estimator_named_by_import_path(tmp_path, table_params, monkeypatch):
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
 
     params = table_params(tmp_path, models=CUSTOM, train={"seeds": [3]})
     paths = Paths(tmp_path / "out")

@@ -8,7 +8,7 @@ import pandas as pd
 from mlflow.tracking import MlflowClient
 
 from driftmatrix import evaluation, matrices, training
-from driftmatrix.pipeline import Paths, prepare
+from testkit.pipeline import Paths, prepare
 
 from conftest import make_table_params
 

@@ -8,7 +8,7 @@ import numpy as np
 from conftest import make_table_params
 
 from driftmatrix import matrices
-from driftmatrix.pipeline import Paths, prepare, train_and_evaluate
+from testkit.pipeline import Paths, prepare, train_and_evaluate
 
 MODELS = {"LogReg": {}, "HistGBT": {}, "LightGBM": {}}
 
