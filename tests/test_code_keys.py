@@ -60,19 +60,27 @@ def insert_statement(path: Path, qualname: str, statement: str) -> None:
     path.write_text("".join(lines))
 
 
+def _a_report(func: ast.expr, call: str) -> bool:
+    """A logger's level method (``log.info``, ``logging.getLogger(x).warning``), ``warnings.warn``
+    or a print to stderr: what a reader calls a log message."""
+    if isinstance(func, ast.Name):
+        return func.id == "print" and "stderr" in call
+    if not isinstance(func, ast.Attribute):
+        return False
+    owner = ast.unparse(func.value)
+    return func.attr == "warn" and owner == "warnings" or func.attr in (
+        "debug", "info", "warning", "error", "exception", "critical") and ("log" in owner.lower())
+
+
 def reword_reports(path: Path) -> int:
     """Reword the message of every log call, warning and stderr print in ``path``; returns how many."""
     text = path.read_text()
     lines = text.splitlines(keepends=True)
     spots = []
     for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr)):
-            root = node.func
-            while isinstance(root, (ast.Attribute, ast.Call)):
-                root = root.value if isinstance(root, ast.Attribute) else root.func
-            stderr = isinstance(node.func, ast.Name) and node.func.id == "print" and "stderr" in ast.dump(node)
-            if stderr or isinstance(root, ast.Name) and root.id in provenance.REPORTERS and node.func is not root:
-                spots.append((node.args[0].lineno, node.args[0].col_offset))
+        if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], (ast.Constant, ast.JoinedStr)) \
+                and _a_report(node.func, ast.dump(node)):
+            spots.append((node.args[0].lineno, node.args[0].col_offset))
     for lineno, col in sorted(spots, reverse=True):
         raw = lines[lineno - 1].encode()
         at = col + next(i for i, ch in enumerate(raw[col:].decode()) if ch in "'\"")

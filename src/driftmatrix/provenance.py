@@ -45,8 +45,9 @@ KEYED_BY_VALUE = ("driftmatrix.training.model_plan", "driftmatrix.training.effec
                   "driftmatrix.training.resolve_environment", "driftmatrix.config.parse_params")
 #: Tables from a Builder's class name to the class: a model's code holds its own entry only.
 DISPATCH = ("driftmatrix.models.image.CLASSES", "driftmatrix.models.text.CLASSES")
-#: Names whose calls only report (log lines, warnings): such statements are in no digest.
-REPORTERS = ("log", "logger", "logging", "warnings")
+#: Calls that only report (log lines, warnings): a statement that is one is in no digest.
+_LEVELS = ("debug", "info", "warning", "error", "exception", "critical", "log")
+REPORTS = {"log": _LEVELS, "logger": _LEVELS, "logging": _LEVELS, "warnings": ("warn",)}
 #: Bump when a stored cell's format or meaning changes.
 #: 2: cells carry forward-pass statistics (evaluation.forward_stats); 3: held-out cells (j <= i)
 #: also carry each row's correctness (evaluation.row_correctness), for input-space IW.
@@ -81,18 +82,15 @@ def module_path(name: str) -> Path | None:
 
 
 def _only_reports(stmt: ast.stmt) -> bool:
-    """A string statement (docstring), a call on a logger or ``warnings``, or ``print(..., file=sys.stderr)``."""
-    value = stmt.value if isinstance(stmt, ast.Expr) else None
-    if isinstance(value, ast.Constant):
-        return isinstance(value.value, str)
-    if not isinstance(value, ast.Call):
-        return False
-    if isinstance(value.func, ast.Name):
-        return value.func.id == "print" and any(k.arg == "file" and "stderr" in ast.dump(k.value) for k in value.keywords)
-    root = value.func
-    while isinstance(root, (ast.Attribute, ast.Call)):
-        root = root.value if isinstance(root, ast.Attribute) else root.func
-    return isinstance(root, ast.Name) and root.id in REPORTERS
+    """A string (docstring), a :data:`REPORTS` call (``log.info(...)``) or ``print(..., file=sys.stderr)``."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if isinstance(call, ast.Constant):
+        return isinstance(call.value, str)
+    func = call.func if isinstance(call, ast.Call) else None
+    if isinstance(func, ast.Name):
+        return func.id == "print" and any(k.arg == "file" and "stderr" in ast.dump(k.value) for k in call.keywords)
+    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
+        and func.attr in REPORTS.get(func.value.id, ())
 
 
 def _names(node: ast.stmt) -> list[str]:
