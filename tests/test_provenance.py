@@ -95,8 +95,8 @@ def test_the_code_deps_of_every_stage_that_keys_units_are_the_code_they_reach(st
     seen: dict = {}
     for spec in REGISTRY.values():
         seen.update(provenance.reach((*provenance.TRAIN_ROOTS, *provenance.model_roots(spec.build)), spec.build.cls)[0])
-    keyed = set(provenance.source_files(seen)) | KEYING
-    every = keyed | set(provenance.source_files(provenance.reach(provenance.SCORE_ROOTS)[0]))
+    keyed = {str(f.relative_to(REPO)) for f in provenance.code_files(seen)} | KEYING
+    every = keyed | {str(f.relative_to(REPO)) for f in provenance.code_files(provenance.reach(provenance.SCORE_ROOTS)[0])}
     expected = every if stage in ("evaluate", "matrices", "estimates") else keyed  # they key cells too
     assert _files(_stage_deps(stage)) & every == expected, f"dvc.yaml stage {stage}: code deps differ from reached code"
 

@@ -64,7 +64,7 @@ _LIBRARY_DIRS = tuple({Path(p).resolve() for k, p in sysconfig.get_paths().items
 @functools.lru_cache(maxsize=None)
 def _project_root(top: str) -> Path | None:
     """The folder holding top-level package ``top`` when it is project code: this package, or one
-    found on sys.path outside the installed libraries (stdlib, site-packages); no import."""
+    on sys.path outside the installed libraries (stdlib, site-packages). Found without importing."""
     if top == "driftmatrix":
         return PACKAGE_DIR.parent
     for entry in sys.path:
@@ -84,45 +84,39 @@ def module_path(name: str) -> Path | None:
 def _only_reports(stmt: ast.stmt) -> bool:
     """A string (docstring), a :data:`REPORTS` call (``log.info(...)``) or ``print(..., file=sys.stderr)``."""
     call = stmt.value if isinstance(stmt, ast.Expr) else None
-    if isinstance(call, ast.Constant):
-        return isinstance(call.value, str)
     func = call.func if isinstance(call, ast.Call) else None
     if isinstance(func, ast.Name):
         return func.id == "print" and any(k.arg == "file" and "stderr" in ast.dump(k.value) for k in call.keywords)
-    return isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-        and func.attr in REPORTS.get(func.value.id, ())
-
-
-def _names(node: ast.stmt) -> list[str]:
-    """What a module- or class-level statement defines."""
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    targets = node.targets if isinstance(node, ast.Assign) else \
-        [node.target] if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
-    return [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+    return isinstance(call, ast.Constant) and isinstance(call.value, str) or isinstance(func, ast.Attribute) \
+        and isinstance(func.value, ast.Name) and func.attr in REPORTS.get(func.value.id, ())
 
 
 def _defs(body: list[ast.stmt]) -> dict[str, list[ast.stmt]]:
+    """name -> the module- or class-level statements that define it (def, class, assignment)."""
     out: dict[str, list[ast.stmt]] = {}
     for node in body:
-        for name in _names(node):
+        names = [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else \
+            [n.id for t in getattr(node, "targets", [getattr(node, "target", None)]) for n in ast.walk(t)
+             if isinstance(n, ast.Name)] if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) else []
+        for name in names:
             out.setdefault(name, []).append(node)
     return out
 
 
 class _Module:
     """A parsed module without docstrings, reporting statements or imports: its definitions,
-    class members, the names its imports bind (a function's own in its ``.binds``), every module
-    it imports, and the statements that run at import time beside definitions."""
+    class members, the names its imports bind (a function's own in its ``.binds``), the modules
+    it imports, and its other top-level statements (``init``: they run at import time)."""
 
     def __init__(self, name: str, path: Path):
         tree = ast.parse(path.read_text(), filename=str(path))
-        self.name, self.path, self.binds, self.imports = name, path, {}, set()
+        self.name, self.binds, self.imports = name, {}, set()
         self.package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         tree.body = self._clean(tree.body, self.binds)
         self.defs = _defs(tree.body)
         self.members = {n.name: _defs(n.body) for n in tree.body if isinstance(n, ast.ClassDef)}
-        self.init = [n for n in tree.body if not _names(n) and not isinstance(n, ast.Pass)]
+        defined = {id(n) for nodes in self.defs.values() for n in nodes}
+        self.init = [n for n in tree.body if id(n) not in defined]
 
     def _clean(self, body: list[ast.stmt], binds: dict[str, str]) -> list[ast.stmt]:
         kept = []
@@ -130,18 +124,16 @@ class _Module:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 binds.update(self._binds(node))
                 self.imports.update(self._binds(node).values())
-                continue
-            if _only_reports(node) or isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
-                continue  # reports, or imports for annotations only
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                node.binds = {}
-            for fld in ("body", "orelse", "finalbody"):
-                if getattr(node, fld, None):
-                    setattr(node, fld, self._clean(getattr(node, fld), getattr(node, "binds", binds)))
-            for part in (*getattr(node, "handlers", ()), *getattr(node, "cases", ())):
-                part.body = self._clean(part.body, binds)
-            kept.append(node)
-        return kept or [ast.Pass()]
+            elif not _only_reports(node) and not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    node.binds = {}
+                for fld in ("body", "orelse", "finalbody"):
+                    if getattr(node, fld, None):
+                        setattr(node, fld, self._clean(getattr(node, fld), getattr(node, "binds", binds)))
+                for part in (*getattr(node, "handlers", ()), *getattr(node, "cases", ())):
+                    part.body = self._clean(part.body, binds)
+                kept.append(node)
+        return kept
 
     def _binds(self, node: ast.Import | ast.ImportFrom) -> dict[str, str]:
         if isinstance(node, ast.Import):
@@ -150,6 +142,11 @@ class _Module:
         if node.level:
             base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
         return {a.asname or a.name: f"{base}.{a.name}" for a in node.names if a.name != "*"}
+
+    def target(self, name: str, env: Mapping[str, str] = {}) -> str | None:
+        """The absolute dotted name a bare name means here (a function's imports ``env``, then
+        definitions, then module imports); None for a local or builtin name."""
+        return env.get(name) or (f"{self.name}.{name}" if name in self.defs else self.binds.get(name))
 
 
 @functools.lru_cache(maxsize=None)
@@ -168,45 +165,24 @@ def _resolve(dotted: str) -> tuple[str, str] | None:
         if mod is None:
             continue
         head, rest = (parts[i], parts[i + 1:]) if i < len(parts) else ("", [])
-        if not head:
-            return mod.name, ""
-        if head not in mod.defs:
-            return _resolve(".".join([mod.binds[head], *rest])) if head in mod.binds else None
-        if not rest:
-            return mod.name, head
+        if not head or head not in mod.defs:
+            return (mod.name, "") if not head else _resolve(".".join([mod.binds[head], *rest])) \
+                if head in mod.binds else None
         return next(((m, f"{c}.{rest[0]}") for m, c in _mro(mod.name, head)
-                     if rest[0] in _module(m).members.get(c, {})), None)
+                     if rest[0] in _module(m).members.get(c, {})), None) if rest else (mod.name, head)
     return None
 
 
 @functools.lru_cache(maxsize=None)
 def _mro(module: str, cls: str) -> tuple[tuple[str, str], ...]:
     """The class and its project base classes, nearest first."""
-    node = _module(module).defs[cls][-1]
-    out = [(module, cls)]
-    for base in getattr(node, "bases", []):
-        found = _in_scope(_module(module), {}, _dotted(base) or "")
-        if found and found[1] and "." not in found[1] and isinstance(_module(found[0]).defs[found[1]][-1], ast.ClassDef):
+    out, mod = [(module, cls)], _module(module)
+    for base in getattr(mod.defs[cls][-1], "bases", []):
+        target = mod.target(ast.unparse(base).split(".")[0])
+        found = _resolve(".".join([target, *ast.unparse(base).split(".")[1:]])) if target else None
+        if found and found[1] and isinstance(_module(found[0]).defs.get(found[1], [None])[-1], ast.ClassDef):
             out += [c for c in _mro(*found) if c not in out]
     return tuple(out)
-
-
-def _dotted(node: ast.AST) -> str | None:
-    if isinstance(node, ast.Name):
-        return node.id
-    inner = _dotted(node.value) if isinstance(node, ast.Attribute) else None
-    return f"{inner}.{node.attr}" if inner else None
-
-
-def _target(mod: _Module, env: Mapping[str, str], name: str) -> str | None:
-    """The absolute dotted name a bare name means in ``mod`` (function imports, then definitions,
-    then module imports), or None for a local or builtin name."""
-    return env.get(name) or (f"{mod.name}.{name}" if name in mod.defs else mod.binds.get(name))
-
-
-def _in_scope(mod: _Module, env: Mapping[str, str], dotted: str) -> tuple[str, str] | None:
-    target = _target(mod, env, dotted.split(".")[0])
-    return _resolve(".".join([target, *dotted.split(".")[1:]])) if target else None
 
 
 class _Refs(ast.NodeVisitor):
@@ -222,10 +198,9 @@ class _Refs(ast.NodeVisitor):
         saved = self.env
         self.env = {**saved, **node.binds} if getattr(node, "binds", None) else saved
         for name, value in ast.iter_fields(node):
-            if name not in ("annotation", "returns"):
-                for child in value if isinstance(value, list) else [value]:
-                    if isinstance(child, ast.AST):
-                        self.visit(child)
+            for child in (value if isinstance(value, list) else [value]) if name not in ("annotation", "returns") else []:
+                if isinstance(child, ast.AST):
+                    self.visit(child)
         self.env = saved
 
     def visit_Name(self, node):
@@ -238,47 +213,42 @@ class _Refs(ast.NodeVisitor):
             attrs.insert(0, root.attr)
             root = root.value
         if isinstance(root, ast.Name):
-            self._chain(root.id, attrs)
-        elif isinstance(root, ast.Call) and _dotted(root.func) == "super" and self.cls:
+            return self._chain(root.id, attrs)
+        if isinstance(root, ast.Call) and getattr(root.func, "id", "") == "super" and self.cls:  # super().m
             self.refs.update(found for c in _mro(*self.cls)[1:] if (found := _resolve(f"{c[0]}.{c[1]}.{attrs[0]}")))
-            self.wishes.update((None, a) for a in attrs[1:])
+            attrs = attrs[1:]
         else:
             self.visit(root)
-            self.wishes.update((None, a) for a in attrs)
+        self.wishes.update((None, a) for a in attrs)
 
     def _chain(self, name: str, attrs: list[str]):
-        """``name.attr1.attr2...``: the longest prefix that names a project definition is a
-        reference, the attributes after it are wishes; a library's name is a binding."""
-        if name == "cls" and self.cls and not attrs:  # cls(...): the whole class
-            self.refs.add(self.cls)
-        if name in ("self", "cls") and self.cls and attrs:
-            found = _resolve(f"{self.cls[0]}.{self.cls[1]}.{attrs[0]}")
+        """``name.a.b``: the longest prefix that names a project definition is a reference, the
+        attributes after it are wishes; ``self.a`` is a member of the class; a library's name is a binding."""
+        if name in ("self", "cls") and self.cls:
+            found = _resolve(".".join([*self.cls, *attrs[:1]])) if attrs or name == "cls" else None  # cls(): the class
             self.refs.update([found] if found else [])
-            self.wishes.add((self.cls, attrs[0]))
+            self.wishes.update([(self.cls, attrs[0])] if attrs else [])
             self.wishes.update((None, a) for a in attrs[1:])
             return
-        target = _target(self.mod, self.env, name)
+        target = self.mod.target(name, self.env)
         if target and _project_root(target.split(".")[0]) is None:
-            self.libs.add(f"{name}={target}")
-            return
-        for k in range(len(attrs), -1, -1):
-            found = _resolve(".".join([target, *attrs[:k]])) if target else None
-            if found or not target:
-                self.refs.update([found] if found and found[1] else [])
-                self.wishes.update((None, a) for a in attrs[k if found else 0:])
-                return
+            return self.libs.add(f"{name}={target}")
+        k = next((k for k in range(len(attrs), -1, -1) if target and _resolve(".".join([target, *attrs[:k]]))), 0)
+        found = _resolve(".".join([target, *attrs[:k]])) if target else None
+        self.refs.update([found] if found and found[1] else [])
+        self.wishes.update((None, a) for a in attrs[k:])
 
 
 @functools.lru_cache(maxsize=None)
 def _symbol(module: str, name: str, entry: str = ""):
-    """(sha256 of the definition's syntax tree, what it references) for ``name`` in ``module``:
-    a function, class (the whole body), class member or module-level assignment; ``<import>``:
-    the module's import-time statements that touch a library; ``entry``: the one entry of a
-    :data:`DISPATCH` table that a model's code holds."""
+    """(sha256 of the definition's syntax tree or "", what it references) for ``name`` in
+    ``module``: a function, a class (its whole body), a class member or a module-level assignment;
+    ``<import>``: the module's import-time statements that touch a library; ``entry``: the one
+    entry of a :data:`DISPATCH` table that a model's code holds."""
     mod = _module(module)
     cls_name, _, member = name.partition(".")
     nodes = mod.members[cls_name][member] if member else mod.init if name == "<import>" else mod.defs[name]
-    cls = (module, cls_name) if member or isinstance(nodes[-1:] and nodes[-1], ast.ClassDef) else None
+    cls = (module, cls_name) if member or nodes and isinstance(nodes[-1], ast.ClassDef) else None
     if entry:  # {"CNN": CNN, ...}[entry]
         nodes = [v for k, v in zip(nodes[-1].value.keys, nodes[-1].value.values) if getattr(k, "value", None) == entry]
     kept, refs = [], _Refs(mod, cls)
@@ -287,27 +257,25 @@ def _symbol(module: str, name: str, entry: str = ""):
         one.visit(node)
         if name != "<import>" or one.libs:
             kept.append(node)
-            for part in ("refs", "wishes", "libs"):
-                getattr(refs, part).update(getattr(one, part))
+            refs.refs, refs.wishes, refs.libs = refs.refs | one.refs, refs.wishes | one.wishes, refs.libs | one.libs
     return hashlib.sha256("\n".join(ast.dump(n) for n in kept).encode()).hexdigest() if kept else "", refs
 
 
 def reach(roots: Iterable[str], entry: str = "") -> tuple[dict[tuple[str, str], str], set[str]]:
     """Every project definition that code from ``roots`` (qualified names) reaches, with its
-    digest, and the library names it binds. Followed: names through each module's imports,
-    module attributes, ``self.x`` through the class and its project bases, class bodies, and
-    constants; a method called on a value of unknown type (``inputs.batch(idx)``) reaches every
-    method of that name in the classes of the modules reached so far, until nothing changes
-    (conservative: more code than runs, never less). Not followed: :data:`KEYED_BY_VALUE`."""
+    digest ("" for none), and the library names it binds. Followed: names through each module's
+    imports (top-level and in functions, relative ones too), module attributes, ``self.x`` and
+    ``super().x`` through the class and its project bases, whole class bodies, constants, a
+    module's import-time statements. A method called on a value of unknown type
+    (``inputs.batch(idx)``) reaches every member of that name of the classes in the modules
+    reached, until nothing changes: deterministic and conservative (more code than runs, never
+    less). Not followed: :data:`KEYED_BY_VALUE`; ``entry``: the Builder's class name (:data:`DISPATCH`)."""
     seen: dict[tuple[str, str], str] = {}
     wishes: set = set()
     libs: set[str] = set()
-    todo = []
-    for root in roots:
-        found = _resolve(root)
-        if not found or not found[1]:
-            raise ValueError(f"provenance: {root} names no definition in this checkout (update the roots table)")
-        todo.append(found)
+    todo = [_resolve(root) or (root, "") for root in roots]
+    if missing := [m for m, name in todo if not name]:
+        raise ValueError(f"provenance: {missing[0]} names no definition in this checkout (update the roots table)")
     while todo:
         while todo:
             sym = todo.pop()
@@ -318,64 +286,56 @@ def reach(roots: Iterable[str], entry: str = "") -> tuple[dict[tuple[str, str], 
             todo += [*refs.refs, *((".".join(parts[:i]), "<import>") for i in range(1, len(parts) + 1))]
             wishes |= refs.wishes
             libs |= refs.libs
-        by_name = {}
+        names: dict[str, set] = {}
         for restrict, name in wishes:
-            by_name.setdefault(name, set()).add(restrict)
-        for module in sorted({m for m, _ in seen}):
-            for cls, members in _module(module).members.items():
-                for name in members.keys() & by_name.keys():
-                    if None in by_name[name] or by_name[name] & set(_mro(module, cls)):
-                        todo += [(module, f"{cls}.{name}")] if (module, f"{cls}.{name}") not in seen else []
+            names.setdefault(name, set()).add(restrict)
+        todo = [(m, f"{c}.{n}") for m in {m for m, _ in seen} for c, members in _module(m).members.items()
+                for n in members.keys() & names.keys() if (m, f"{c}.{n}") not in seen
+                and (None in names[n] or names[n] & set(_mro(m, c)))]
     return seen, libs
 
 
 @functools.lru_cache(maxsize=None)
 def code_key(roots: tuple[str, ...], entry: str = "") -> str:
     """One digest of the code ``roots`` reach (:func:`reach`): each definition by its name in its
-    module (so a definition moved unchanged keeps the key) and the library names it binds."""
+    module (a definition moved unchanged keeps the key) and the library names it binds."""
     seen, libs = reach(roots, entry)
     lines = sorted(f"{name} {sha}" for (_, name), sha in seen.items() if sha) + sorted(libs)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def model_roots(build, estimator: str = "") -> tuple[str, ...]:
-    """A model's own roots: its builder module's ``build``, the class the builder names there
-    (not the module's other classes) and a named estimator's class when it is project code (an
-    installed library's is keyed by its version, ``models.custom.library_versions``)."""
-    extra = [f"{build.module}.{build.cls}", estimator] if build.cls else [estimator]
-    return (f"{build.module}.build", *(r for r in extra if r and _resolve(r) and _resolve(r)[1]))
+    """A model's own roots: its builder module's ``build``, the class its ``Builder.cls`` names
+    there (not the module's other classes) and a named estimator's class when it is project code
+    (an installed library's is keyed by its version: ``models.custom.library_versions``)."""
+    extra = [f"{build.module}.{build.cls}" if build.cls else "", estimator]
+    return (f"{build.module}.build", *(r for r in extra if r and (_resolve(r) or ("", ""))[1]))
 
 
 def unit_code(build, estimator: str = "") -> str:
     """The code key of a unit of the model that ``build`` (a ``models.catalog.Builder``) makes."""
-    shape = json.dumps(dict(build.shape), sort_keys=True)
-    return hashlib.sha256(f"{code_key((*TRAIN_ROOTS, *model_roots(build, estimator)), build.cls)} "
-                          f"{build.cls} {shape}".encode()).hexdigest()[:16]
+    key = code_key((*TRAIN_ROOTS, *model_roots(build, estimator)), build.cls)
+    return hashlib.sha256(f"{key} {build.cls} {json.dumps(dict(build.shape), sort_keys=True)}".encode()).hexdigest()[:16]
 
 
-def source_files(seen: Mapping[tuple[str, str], str]) -> list[str]:
-    """Repository-relative paths of the files that hold reached code (:func:`reach`): what
-    dvc.yaml's stages that key units and cells depend on."""
-    root = PACKAGE_DIR.parent.parent
-    return sorted({str(module_path(m).relative_to(root)) for (m, _), sha in seen.items() if sha})
-
+def code_files(seen: Mapping[tuple[str, str], str]) -> set[Path]:
+    """The files that hold reached code (:func:`reach`): what dvc.yaml's stages that key units depend on."""
+    return {module_path(m).resolve() for (m, _), sha in seen.items() if sha}
 
 
 def undeclared(estimator: str, stage: str = "train", dvc_file: Path = Path("dvc.yaml")) -> list[str]:
     """Files of this project (the current folder) holding code that a named estimator reaches and
     that ``dvc_file``'s ``stage`` does not depend on: DVC would skip the stage when they change."""
-    found = _resolve(estimator) if estimator else None
-    if not (found and found[1] and dvc_file.exists()):
+    if not (estimator and (_resolve(estimator) or ("", ""))[1] and dvc_file.exists()):
         return []
     import yaml
 
     spec = yaml.safe_load(dvc_file.read_text())["stages"][stage]
     deps = [Path(d if isinstance(d, str) else next(iter(d))) for d in (spec.get("do") or spec).get("deps", [])]
     here = Path.cwd().resolve()
-    files = {module_path(m).resolve() for (m, _), sha in reach([estimator])[0].items() if sha}
-    return sorted(str(f.relative_to(here)) for f in files
-                  if f.is_relative_to(here) and not any(d in f.relative_to(here).parents for d in deps)
-                  and f.relative_to(here) not in deps)
+    files = [f.relative_to(here) for f in code_files(reach([estimator])[0]) if f.is_relative_to(here)]
+    return sorted(str(f) for f in files if not any(d == f or d in f.parents for d in deps))
+
 
 # --- environment ---------------------------------------------------------------------------------
 def library_versions() -> dict[str, str]:
