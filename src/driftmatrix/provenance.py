@@ -67,7 +67,7 @@ def _project_root(top: str) -> Path | None:
     on sys.path outside the installed libraries (stdlib, site-packages). Found without importing."""
     if top == "driftmatrix":
         return PACKAGE_DIR.parent
-    for entry in sys.path:
+    for entry in sys.path if top else []:
         root = Path(entry or ".").resolve()
         if (root / top).is_dir() or (root / f"{top}.py").is_file():
             return None if any(root.is_relative_to(lib) for lib in _LIBRARY_DIRS) else root
