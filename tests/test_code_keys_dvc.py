@@ -1,11 +1,13 @@
-"""Code keys through real `dvc repro` runs (the issue's acceptance criterion): appending a comment
-to a training-path module, or editing a docstring in it, retrains nothing; changing a statement in
-it retrains exactly the units whose code path includes it.
+"""Code keys through real `dvc repro` runs (the issue's acceptance criteria): appending a comment,
+editing a docstring, rewording every log message or adding a catalog variant retrains and
+rescores nothing; a statement in one image model's class retrains that model only; one in the
+image builder retrains the image models; one at the top of the training loop retrains every unit;
+editing a project estimator module retrains that model's units only.
 
 A scratch project (a copy of src/ and dvc.yaml, tiny params) runs with PYTHONPATH pointing at its
 own src/, so the code that runs, and that is digested into the unit keys, is the scratch copy the
-test edits. `driftmatrix.models.image` builds MLP-S but is on no path of Prior (its builder is
-`driftmatrix.models.heads`).
+test edits. `driftmatrix.models.image` builds MLP-S and CNN-S but is on no path of Prior (its
+builder is `driftmatrix.models.heads`).
 """
 
 from __future__ import annotations
@@ -21,9 +23,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from test_code_keys import insert_statement, reword_reports
+
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
-MODELS = ("MLP-S", "Prior")
+MODELS = ("MLP-S", "CNN-S", "Prior")
 YEARS = 4
 
 
@@ -64,25 +68,22 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-@pytest.mark.slow
-def test_comments_and_docstrings_retrain_nothing_a_statement_retrains_its_units(tmp_path):
+def scratch(tmp_path: Path, params: dict) -> tuple[Path, dict]:
+    """A git + DVC project of src/, dvc.yaml and ``params`` (tiny, tracking in tmp_path), data added."""
     if shutil.which("git") is None:
         pytest.skip("git not installed")
     work = tmp_path / "repo"
     work.mkdir()
     shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy(REPO / "dvc.yaml", work / "dvc.yaml")
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["synthetic"].update(years=YEARS, per_year=30)
     params["slicing"]["min_samples"] = 10
     params["validation"]["min_rows"] = 5
     params["train"].update(seeds=[0], epochs=1)
-    params["models"] = {m: {} for m in MODELS}
     params["tracking"].update(uri=f"sqlite:///{tmp_path / 'mlflow.db'}", artifact_root=str(tmp_path / "mlruns"),
                               log_models=False, register=False)
     params["audit"].update(permutations=20, mmd_samples=50)
-    params["saliency"].update(pairs=[], eval_years=[])  # saliency off: an explained, empty output
-    params["runtime"].update(workers=1)
+    params["saliency"] = {**params.get("saliency", {}), "pairs": [], "eval_years": []}  # saliency off
+    params.setdefault("runtime", {}).update(workers=1)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # bytecode is written
     env.update(PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}",
@@ -96,36 +97,63 @@ def test_comments_and_docstrings_retrain_nothing_a_statement_retrains_its_units(
     shutil.copy(REPO / ".dvcignore", work / ".dvcignore")  # __pycache__/ and *.pyc
     for cmd in (["driftmatrix", "data", "generate"], ["dvc", "add", "-q", "data"]):
         sh(cmd, work, env)
+    return work, env
+
+
+def settled(output: str, models, stale=()) -> None:
+    """The train and evaluate stages of ``models`` ran; those of ``stale`` retrained and rescored
+    every unit and cell, the others found every unit done and every cell scored."""
+    assert {f"{s}@{m}" for s in ("train", "evaluate") for m in models} <= ran(output)
+    assert trained(output) == {m: (YEARS, 0, YEARS) if m in stale else (YEARS, YEARS, 0) for m in models}
+    assert scored(output) == {m: (YEARS * YEARS, YEARS * YEARS, YEARS) if m in stale else (YEARS * YEARS, 0, 0)
+                              for m in models}
+
+
+@pytest.mark.slow
+def test_comments_and_docstrings_retrain_nothing_a_statement_retrains_its_units(tmp_path):
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["synthetic"].update(years=YEARS, per_year=30)
+    params["models"] = {m: {} for m in MODELS}
+    work, env = scratch(tmp_path, params)
 
     first = sh(["dvc", "repro"], work, env)
-    assert {f"{s}@{m}" for s in ("train", "evaluate") for m in MODELS} <= ran(first)
-    assert trained(first) == {m: (YEARS, 0, YEARS) for m in MODELS}
-    assert scored(first) == {m: (YEARS * YEARS, YEARS * YEARS, YEARS) for m in MODELS}
+    settled(first, MODELS, stale=set(MODELS))
     before = {m: unit_folders(work, m) for m in MODELS}
     assert {m: len(before[m]) for m in MODELS} == {m: YEARS for m in MODELS}
 
-    # a comment appended and a docstring edited: DVC reruns the stages that depend on the folder,
-    # and they find every unit done and every cell scored
+    # a comment appended and a docstring edited, every log message reworded and a model variant
+    # added to the catalog: DVC reruns the stages that depend on the files, and they find every
+    # unit done and every cell scored
     image = work / "src" / "driftmatrix" / "models" / "image.py"
     image.write_text(image.read_text() + "# a comment appended by tests/test_code_keys_dvc.py\n")
     edit(image, '"""The network of a catalogue entry', '"""The network (edited docstring) of a catalogue entry')
+    assert sum(reword_reports(path) for path in (work / "src" / "driftmatrix").rglob("*.py")) > 40
+    catalog = work / "src" / "driftmatrix" / "models" / "catalog.py"
+    edit(catalog, '    "CNN-L":', '    "CNN-XS": ("CNN", "CNN", {"channels": (8, 16)}),\n    "CNN-L":')
     cosmetic = sh(["dvc", "repro"], work, env)
-    assert {f"{s}@{m}" for s in ("train", "evaluate") for m in MODELS} <= ran(cosmetic)
-    assert trained(cosmetic) == {m: (YEARS, YEARS, 0) for m in MODELS}
-    assert scored(cosmetic) == {m: (YEARS * YEARS, 0, 0) for m in MODELS}
+    settled(cosmetic, MODELS)
     assert {m: unit_folders(work, m) for m in MODELS} == before  # same keys, same bytes
 
-    # a changed statement in the function that builds MLP-S: all of MLP-S's units, none of Prior's
+    # a statement in CNN's class: CNN-S's units, not MLP-S's (same module) nor Prior's
+    insert_statement(image, "CNN.__init__", "in_channels = int(in_channels)")
+    settled(sh(["dvc", "repro"], work, env), MODELS, stale={"CNN-S"})
+    assert {m: unit_folders(work, m) for m in ("MLP-S", "Prior")} == {m: before[m] for m in ("MLP-S", "Prior")}
+    before = {m: unit_folders(work, m) for m in MODELS}
+
+    # a changed statement in the function that builds the image models: all of MLP-S's and CNN-S's
+    # units, none of Prior's
     edit(image, "    kwargs = dict(shape)\n", "    kwargs = dict(shape)\n    kwargs = dict(kwargs)\n")
     changed = sh(["dvc", "repro"], work, env)
-    assert {f"{s}@{m}" for s in ("train", "evaluate") for m in MODELS} <= ran(changed)
-    assert trained(changed) == {"MLP-S": (YEARS, 0, YEARS), "Prior": (YEARS, YEARS, 0)}
-    assert scored(changed) == {"MLP-S": (YEARS * YEARS, YEARS * YEARS, YEARS), "Prior": (YEARS * YEARS, 0, 0)}
+    settled(changed, MODELS, stale={"MLP-S", "CNN-S"})
     after = {m: unit_folders(work, m) for m in MODELS}
     assert after["Prior"] == before["Prior"]
     new = set(after["MLP-S"]) - set(before["MLP-S"])
     assert len(new) == YEARS  # four new keys; the old folders stay (reused if the code comes back)
     assert {k: after["MLP-S"][k] for k in before["MLP-S"]} == before["MLP-S"]
+
+    # a statement at the top of the training loop: every unit of every model
+    insert_statement(work / "src" / "driftmatrix" / "training.py", "fit", "seed = int(seed)")
+    settled(sh(["dvc", "repro"], work, env), MODELS, stale=set(MODELS))
 
     # up to date, and bytecode written beside the modules (by the stages, and here on purpose)
     # leaves the directory dependencies' hashes alone
@@ -134,3 +162,35 @@ def test_comments_and_docstrings_retrain_nothing_a_statement_retrains_its_units(
     assert list((work / "src" / "driftmatrix" / "models" / "__pycache__").glob("image*.pyc"))
     assert "up to date" in sh(["dvc", "status"], work, env)
     assert ran(sh(["dvc", "repro"], work, env)) == set()
+
+
+MINE = '''from sklearn.linear_model import LogisticRegression
+
+
+class MyEst(LogisticRegression):
+    def fit(self, X, y, sample_weight=None):
+        return super().fit(X, y, sample_weight)
+'''
+
+
+@pytest.mark.slow
+def test_editing_a_project_estimator_module_retrains_that_models_units_only(tmp_path):
+    """An estimator named by import path whose module is project code (src/custom_models/, a train
+    stage dependency) is keyed by its code: editing it reruns train@MyEst, which retrains its units,
+    while the other models' stages find theirs done."""
+    params = yaml.safe_load((REPO / "presets" / "tabular.yaml").read_text())
+    params["synthetic"].update(years=YEARS, per_year=60)
+    params["models"] = {"LogReg": {}, "MyEst": {"estimator": "custom_models.mine.MyEst"}}
+    work, env = scratch(tmp_path, params)
+    module = work / "src" / "custom_models" / "mine.py"
+    module.write_text(MINE)
+    models = tuple(params["models"])
+    settled(sh(["dvc", "repro"], work, env), models, stale=set(models))
+    module.write_text("# a comment\n" + MINE)  # every train stage reruns (a dependency), none trains
+    comment = sh(["dvc", "repro"], work, env)
+    assert trained(comment) == {m: (YEARS, YEARS, 0) for m in models} and scored(comment) == {}
+    module.write_text(MINE.replace("super().fit(X, y, sample_weight)", "super().fit(X * 1.0, y, sample_weight)"))
+    again = sh(["dvc", "repro"], work, env)
+    assert trained(again) == {"LogReg": (YEARS, YEARS, 0), "MyEst": (YEARS, 0, YEARS)}
+    assert scored(again) == {"MyEst": (YEARS * YEARS, YEARS * YEARS, YEARS)}  # LogReg's checkpoints: unchanged
+    assert "up to date" in sh(["dvc", "status"], work, env)

@@ -16,6 +16,12 @@ from driftmatrix.provenance import Environment
 REPO = Path(__file__).resolve().parents[1]
 
 
+def forget() -> None:
+    for cached in (provenance._project_root, provenance._module, provenance._resolve, provenance._mro,
+                   provenance._symbol, provenance.code_key):
+        cached.cache_clear()
+
+
 @pytest.fixture
 def fake_package(tmp_path, monkeypatch):
     """A ``driftmatrix`` package folder of our own, digested instead of the real one."""
@@ -23,18 +29,15 @@ def fake_package(tmp_path, monkeypatch):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     monkeypatch.setattr(provenance, "PACKAGE_DIR", pkg)
-    for cached in (provenance.module_digest, provenance._parsed):
-        cached.cache_clear()
+    forget()
     yield pkg
-    for cached in (provenance.module_digest, provenance._parsed):
-        cached.cache_clear()
+    forget()
 
 
 def _digest(pkg: Path, source: str) -> str:
     (pkg / "m.py").write_text(source)
-    provenance.module_digest.cache_clear()
-    provenance._parsed.cache_clear()
-    return provenance.code_digest(["driftmatrix.m"])
+    forget()
+    return provenance.code_key(("driftmatrix.m.f",))
 
 
 def test_comments_and_docstrings_change_no_digest_but_a_statement_does(fake_package):
@@ -45,13 +48,20 @@ def test_comments_and_docstrings_change_no_digest_but_a_statement_does(fake_pack
     assert _digest(fake_package, 'def f(y):\n    return y + 1\n') != base
 
 
+def _modules(roots) -> set[str]:
+    forget()
+    return {m for (m, _), sha in provenance.reach(roots)[0].items() if sha}
+
+
 def test_model_code_follows_the_builders_imports(fake_package):
     (fake_package / "models").mkdir()
     (fake_package / "models" / "__init__.py").write_text("")
-    (fake_package / "models" / "net.py").write_text("def build():\n    from driftmatrix.models.parts import P\n")
-    (fake_package / "models" / "parts.py").write_text("import numpy\nP = 1\n")
-    assert provenance.model_code("driftmatrix.models.net", False) == ("driftmatrix.models.net",
-                                                                        "driftmatrix.models.parts")
+    (fake_package / "models" / "net.py").write_text("def build():\n    from driftmatrix.models.parts import P\n"
+                                                    "    return P\n")
+    (fake_package / "models" / "parts.py").write_text("import numpy\nP = 1\nQ = numpy.zeros(1)\n")
+    assert _modules(("driftmatrix.models.net.build",)) == {"driftmatrix.models.net", "driftmatrix.models.parts"}
+    reached = provenance.reach(("driftmatrix.models.net.build",))[0]
+    assert ("driftmatrix.models.parts", "P") in reached and ("driftmatrix.models.parts", "Q") not in reached
 
 
 def _stage_deps(stage: str) -> list[str]:
@@ -64,20 +74,31 @@ def _covered(path: str, deps: list[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
 
 
-@pytest.mark.parametrize("stage", ["train", "evaluate", "matrices", "estimates", "saliency"])
-def test_every_stage_that_keys_units_depends_on_all_their_code(stage):
-    """A module on any catalog model's training or scoring path that a stage keying units does not
-    declare would let DVC skip the stage while the keys changed."""
+def _files(deps: list[str]) -> set[str]:
+    """The package files with code (not empty ``__init__.py``) that ``deps`` cover."""
+    files = {str(p.relative_to(REPO)) for p in (REPO / "src" / "driftmatrix").rglob("*.py") if p.read_text().strip()}
+    return {f for f in files if _covered(f, deps)}
+
+
+#: What computes and checks the keys (by value) and stores units, beside the code they digest.
+KEYING = {"src/driftmatrix/units.py", "src/driftmatrix/provenance.py", "src/driftmatrix/checkpoints.py"}
+
+
+@pytest.mark.parametrize("stage", ["train", "evaluate", "matrices", "estimates", "importance", "saliency"])
+def test_the_code_deps_of_every_stage_that_keys_units_are_the_code_they_reach(stage):
+    """dvc.yaml's code deps of a stage that keys units (and cells) are exactly the files holding
+    code that some catalog model's units (and cells) reach: one missing would let DVC skip the
+    stage while keys changed; one more would rerun it for nothing."""
     from driftmatrix.models.registry import REGISTRY
 
-    code = {"driftmatrix.provenance", "driftmatrix.checkpoints"}
-    if stage in ("evaluate", "matrices", "estimates"):  # they key cells too
-        code |= set(provenance.SCORE_CODE)
+    forget()
+    seen: dict = {}
     for spec in REGISTRY.values():
-        code |= set(provenance.train_code(spec.build.module, bool(spec.encoder)))
-    deps = _stage_deps(stage)
-    missing = [f for f in provenance.source_files(code) if not _covered(f, deps)]
-    assert not missing, f"dvc.yaml stage {stage} lacks code dependencies {missing}"
+        seen.update(provenance.reach((*provenance.TRAIN_ROOTS, *provenance.model_roots(spec.build)), spec.build.cls)[0])
+    keyed = {str(f.relative_to(REPO)) for f in provenance.code_files(seen)} | KEYING
+    every = keyed | {str(f.relative_to(REPO)) for f in provenance.code_files(provenance.reach(provenance.SCORE_ROOTS)[0])}
+    expected = every if stage in ("evaluate", "matrices", "estimates") else keyed  # they key cells too
+    assert _files(_stage_deps(stage)) & every == expected, f"dvc.yaml stage {stage}: code deps differ from reached code"
 
 
 def test_the_check_itself_fails_on_a_missing_module():
@@ -241,7 +262,8 @@ def test_no_two_modules_import_each_other():
     for path in pkg.rglob("*.py"):
         parts = list(path.relative_to(pkg.parent).with_suffix("").parts)
         modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
-    graph = {m: set(provenance.internal_imports(m)) for m in modules}
+    forget()
+    graph = {m: {r[0] for t in provenance._module(m).imports if (r := provenance._resolve(t))} for m in modules}
     assert "driftmatrix.checkpoints" in graph["driftmatrix.training"]
     mutual = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a != b and a in graph.get(b, ())})
     assert not mutual
@@ -250,11 +272,13 @@ def test_no_two_modules_import_each_other():
 def test_relative_imports_count_as_imports(fake_package):
     (fake_package / "models").mkdir()
     (fake_package / "models" / "__init__.py").write_text("")
-    (fake_package / "models" / "net.py").write_text("from . import parts\nfrom ..util import f\n")
+    (fake_package / "models" / "net.py").write_text("from . import parts\nfrom ..util import f\n"
+                                                    "def build():\n    return parts.P + f()\n")
     (fake_package / "models" / "parts.py").write_text("P = 1\n")
     (fake_package / "util.py").write_text("def f():\n    pass\n")
-    assert set(provenance.model_code("driftmatrix.models.net", False)) == {
-        "driftmatrix.models", "driftmatrix.models.net", "driftmatrix.models.parts", "driftmatrix.util"}
+    assert _modules(("driftmatrix.models.net.build",)) == {
+        "driftmatrix.models.net", "driftmatrix.models.parts", "driftmatrix.util"}
+
 
 
 # --- libraries beyond torch and numpy key only the units they compute --------------------------

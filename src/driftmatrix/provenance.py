@@ -3,10 +3,12 @@
 A unit's key (``driftmatrix.units``) covers the code that trains it and the environment that
 computed it; a cell's key adds the code and format that score it. So:
 
-- **Code** is digested from the parsed modules on the path (:data:`TRAIN_CODE`, the model's own
-  modules, :data:`SCORE_CODE`): comments, docstrings and formatting change nothing, a changed
-  statement changes the key of exactly the units and cells whose path holds it. The same lists
-  are what dvc.yaml's stages must depend on (tests/test_provenance.py checks it).
+- **Code** is digested per definition from the parsed source, never imported (:func:`reach`):
+  what a unit's computation reaches from :data:`TRAIN_ROOTS` and its model's own code
+  (:func:`model_roots`), and a cell's from :data:`SCORE_ROOTS`. Comments, docstrings, formatting
+  and statements that only log change nothing; a changed statement changes the keys of exactly
+  the units and cells that reach it. dvc.yaml's stages depend on the files holding that code
+  (tests/test_provenance.py checks it).
 - **Environment** (:class:`Environment`): resolved precision, device kind, CPU thread count (a
   CPU result depends on it) and the versions of the numeric libraries. The train stage resolves
   it once, records it beside the checkpoints, ships it to every worker, and each worker checks
@@ -25,7 +27,10 @@ from __future__ import annotations
 import ast
 import functools
 import hashlib
+import json
 import platform
+import sys
+import sysconfig
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -33,14 +38,20 @@ from typing import Any, Iterable, Mapping
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 
-#: Modules that train every unit (the model's own modules are added per model).
-TRAIN_CODE = ("driftmatrix.training", "driftmatrix.units", "driftmatrix.tasks", "driftmatrix.optim",
-              "driftmatrix.precision", "driftmatrix.features.inputs", "driftmatrix.models.heads",
-              "driftmatrix.models.catalog")
-#: Modules that turn a checkpoint into a cell's score (beside the training path, which loads it).
-SCORE_CODE = ("driftmatrix.evaluation", "driftmatrix.tasks")
-#: Modules that read cached encoder features, for models with an encoder.
-ENCODER_CODE = ("driftmatrix.features.cache", "driftmatrix.features.encoders")
+#: Where the code of a key starts, by qualified name: the one table a package restructure edits.
+#: A unit runs these and its model's own code (:func:`model_roots`); a cell's scoring SCORE_ROOTS.
+TRAIN_ROOTS = ("driftmatrix.models.catalog.Builder", "driftmatrix.training.ExperimentInfo.__init__",
+               "driftmatrix.training.Experiment.__init__", "driftmatrix.training.Experiment.train_unit",
+               "driftmatrix.training.fit")
+SCORE_ROOTS = ("driftmatrix.evaluation.score_task",)
+#: Code whose results enter the keys as values (settings, environment, the plan): not followed.
+KEYED_BY_VALUE = ("driftmatrix.training.model_plan", "driftmatrix.training.effective_config",
+                  "driftmatrix.training.resolve_environment", "driftmatrix.config.parse_params")
+#: Tables from a Builder's class name to the class: a model's code holds its own entry only.
+DISPATCH = ("driftmatrix.models.image.CLASSES", "driftmatrix.models.text.CLASSES")
+#: Calls that only report (log lines, warnings): a statement that is one is in no digest.
+_LEVELS = ("debug", "info", "warning", "error", "exception", "critical", "log")
+REPORTS = {"log": _LEVELS, "logger": _LEVELS, "logging": _LEVELS, "warnings": ("warn",)}
 #: Bump when a stored cell's format or meaning changes.
 #: 2: cells carry forward-pass statistics (evaluation.forward_stats); 3: held-out cells (j <= i)
 #: also carry each row's correctness (evaluation.row_correctness), for input-space IW.
@@ -49,101 +60,285 @@ SCORE_FORMAT = 3
 NUMERIC_LIBRARIES = ("torch", "numpy")
 
 
-# --- code --------------------------------------------------------------------------------------
-def module_path(name: str) -> Path:
-    """Source file of a ``driftmatrix.*`` module, found without importing it."""
-    rel = Path(*name.split(".")[1:])
-    package = PACKAGE_DIR / rel / "__init__.py"
-    return package if package.exists() else (PACKAGE_DIR / rel).with_suffix(".py")
-
-
-def _strip_docstrings(tree: ast.AST) -> ast.AST:
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body \
-                and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
-                and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]
-    return tree
+# --- code ----------------------------------------------------------------------------------------
+_LIBRARY_DIRS = tuple({Path(p).resolve() for k, p in sysconfig.get_paths().items()
+                       if k in ("stdlib", "platstdlib", "purelib", "platlib")})
 
 
 @functools.lru_cache(maxsize=None)
-def _parsed(path: Path) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
+def _project_root(top: str) -> Path | None:
+    """The folder holding top-level package ``top`` when it is project code: this package, or one
+    on sys.path outside the installed libraries (stdlib, site-packages). Found without importing."""
+    if top == "driftmatrix":
+        return PACKAGE_DIR.parent
+    for entry in sys.path if top else []:
+        root = Path(entry or ".").resolve()
+        if (root / top).is_dir() or (root / f"{top}.py").is_file():
+            return None if any(root.is_relative_to(lib) for lib in _LIBRARY_DIRS) else root
+    return None
 
 
-@functools.lru_cache(maxsize=None)
-def module_digest(name: str) -> str:
-    """sha256 of a module's syntax tree without docstrings, comments or positions."""
-    tree = _strip_docstrings(ast.parse(module_path(name).read_text(), filename=str(module_path(name))))
-    return hashlib.sha256(ast.dump(tree, include_attributes=False).encode()).hexdigest()
+def module_path(name: str) -> Path | None:
+    """Source file of project module ``name``; None for a library's module or a missing one."""
+    root = _project_root(name.split(".")[0])
+    rel = root / Path(*name.split(".")) if root else None
+    return next((p for p in (rel / "__init__.py", rel.with_suffix(".py")) if p.is_file()), None) if rel else None
 
 
-def internal_imports(name: str) -> list[str]:
-    """The ``driftmatrix.*`` modules that ``name`` imports anywhere (top level or in functions;
-    relative imports resolved; ``from package import module`` counts the module)."""
-    found = []
-    is_package = module_path(name).name == "__init__.py"
-    for node in _runtime_nodes(_parsed(module_path(name))):
+def _only_reports(stmt: ast.stmt) -> bool:
+    """A string (docstring), a :data:`REPORTS` call (``log.info(...)``) or ``print(..., file=sys.stderr)``."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    func = call.func if isinstance(call, ast.Call) else None
+    if isinstance(func, ast.Name):
+        return func.id == "print" and any(k.arg == "file" and "stderr" in ast.dump(k.value) for k in call.keywords)
+    return isinstance(call, ast.Constant) and isinstance(call.value, str) or isinstance(func, ast.Attribute) \
+        and isinstance(func.value, ast.Name) and func.attr in REPORTS.get(func.value.id, ())
+
+
+def _defs(body: list[ast.stmt]) -> dict[str, list[ast.stmt]]:
+    """name -> the module- or class-level statements that define it (def, class, assignment)."""
+    out: dict[str, list[ast.stmt]] = {}
+    for node in body:
+        names = [node.name] if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else \
+            [n.id for t in getattr(node, "targets", [getattr(node, "target", None)]) for n in ast.walk(t)
+             if isinstance(n, ast.Name)] if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) else []
+        for name in names:
+            out.setdefault(name, []).append(node)
+    return out
+
+
+class _Module:
+    """A parsed module without docstrings, reporting statements or imports: its definitions,
+    class members, the names its imports bind (a function's own in its ``.binds``), the modules
+    it imports, and its other top-level statements (``init``: they run at import time)."""
+
+    def __init__(self, name: str, path: Path):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        self.name, self.binds, self.imports = name, {}, set()
+        self.package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        tree.body = self._clean(tree.body, self.binds)
+        self.defs = _defs(tree.body)
+        self.members = {n.name: _defs(n.body) for n in tree.body if isinstance(n, ast.ClassDef)}
+        defined = {id(n) for nodes in self.defs.values() for n in nodes}
+        self.init = [n for n in tree.body if id(n) not in defined]
+
+    def _clean(self, body: list[ast.stmt], binds: dict[str, str]) -> list[ast.stmt]:
+        kept = []
+        for node in body:
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                binds.update(self._binds(node))
+                self.imports.update(self._binds(node).values())
+            elif not _only_reports(node) and not (isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    node.binds = {}
+                for fld in ("body", "orelse", "finalbody"):
+                    if getattr(node, fld, None):
+                        setattr(node, fld, self._clean(getattr(node, fld), getattr(node, "binds", binds)))
+                for part in (*getattr(node, "handlers", ()), *getattr(node, "cases", ())):
+                    part.body = self._clean(part.body, binds)
+                kept.append(node)
+        return kept
+
+    def _binds(self, node: ast.Import | ast.ImportFrom) -> dict[str, str]:
         if isinstance(node, ast.Import):
-            candidates = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = name.split(".")[: len(name.split(".")) - node.level + (1 if is_package else 0)]
-                base = ".".join(parts + ([base] if base else []))
-            candidates = [base] + [f"{base}.{a.name}" for a in node.names]
+            return {a.asname or a.name.split(".")[0]: a.name if a.asname else a.name.split(".")[0] for a in node.names}
+        base, parts = node.module or "", self.package.split(".")
+        if node.level:
+            base = ".".join(parts[: len(parts) - node.level + 1] + ([base] if base else []))
+        return {a.asname or a.name: f"{base}.{a.name}" for a in node.names if a.name != "*"}
+
+    def target(self, name: str, env: Mapping[str, str] = {}) -> str | None:
+        """The absolute dotted name a bare name means here (a function's imports ``env``, then
+        definitions, then module imports); None for a local or builtin name."""
+        return env.get(name) or (f"{self.name}.{name}" if name in self.defs else self.binds.get(name))
+
+
+@functools.lru_cache(maxsize=None)
+def _module(name: str) -> _Module | None:
+    path = module_path(name)
+    return _Module(name, path) if path else None
+
+
+@functools.lru_cache(maxsize=None)
+def _resolve(dotted: str) -> tuple[str, str] | None:
+    """``(module, name in it)`` of the project definition a dotted name means, following
+    re-exports and base classes: ``(module, "")`` for a module, None for a library's name."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        mod = _module(".".join(parts[:i]))
+        if mod is None:
+            continue
+        head, rest = (parts[i], parts[i + 1:]) if i < len(parts) else ("", [])
+        if not head or head not in mod.defs:
+            return (mod.name, "") if not head else _resolve(".".join([mod.binds[head], *rest])) \
+                if head in mod.binds else None
+        return next(((m, f"{c}.{rest[0]}") for m, c in _mro(mod.name, head)
+                     if rest[0] in _module(m).members.get(c, {})), None) if rest else (mod.name, head)
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def _mro(module: str, cls: str) -> tuple[tuple[str, str], ...]:
+    """The class and its project base classes, nearest first."""
+    out, mod = [(module, cls)], _module(module)
+    for base in getattr(mod.defs[cls][-1], "bases", []):
+        target = mod.target(ast.unparse(base).split(".")[0])
+        found = _resolve(".".join([target, *ast.unparse(base).split(".")[1:]])) if target else None
+        if found and found[1] and isinstance(_module(found[0]).defs.get(found[1], [None])[-1], ast.ClassDef):
+            out += [c for c in _mro(*found) if c not in out]
+    return tuple(out)
+
+
+class _Refs(ast.NodeVisitor):
+    """What code references: project definitions (``refs``), methods called on values of unknown
+    type (``wishes``: ``(None, name)``; ``(class, name)`` for ``self.name``, which a subclass may
+    override) and the library names it binds (``libs``, e.g. ``np=numpy``). Annotations are skipped."""
+
+    def __init__(self, mod: _Module, cls: tuple[str, str] | None):
+        self.mod, self.cls, self.env = mod, cls, {}
+        self.refs, self.wishes, self.libs = set(), set(), set()
+
+    def generic_visit(self, node):
+        saved = self.env
+        self.env = {**saved, **node.binds} if getattr(node, "binds", None) else saved
+        for name, value in ast.iter_fields(node):
+            for child in (value if isinstance(value, list) else [value]) if name not in ("annotation", "returns") else []:
+                if isinstance(child, ast.AST):
+                    self.visit(child)
+        self.env = saved
+
+    def visit_Name(self, node):
+        if isinstance(node.ctx, ast.Load):
+            self._chain(node.id, [])
+
+    def visit_Attribute(self, node):
+        attrs, root = [], node
+        while isinstance(root, ast.Attribute):
+            attrs.insert(0, root.attr)
+            root = root.value
+        if isinstance(root, ast.Name):
+            return self._chain(root.id, attrs)
+        if isinstance(root, ast.Call) and getattr(root.func, "id", "") == "super" and self.cls:  # super().m
+            self.refs.update(found for c in _mro(*self.cls)[1:] if (found := _resolve(f"{c[0]}.{c[1]}.{attrs[0]}")))
+            attrs = attrs[1:]
         else:
-            continue
-        found += [m for m in candidates if m.startswith("driftmatrix.") and module_path(m).exists()]
-    return found
+            self.visit(root)
+        self.wishes.update((None, a) for a in attrs)
+
+    def _chain(self, name: str, attrs: list[str]):
+        """``name.a.b``: the longest prefix that names a project definition is a reference, the
+        attributes after it are wishes; ``self.a`` is a member of the class; a library's name is a binding."""
+        if name in ("self", "cls") and self.cls:
+            found = _resolve(".".join([*self.cls, *attrs[:1]])) if attrs or name == "cls" else None  # cls(): the class
+            self.refs.update([found] if found else [])
+            self.wishes.update([(self.cls, attrs[0])] if attrs else [])
+            self.wishes.update((None, a) for a in attrs[1:])
+            return
+        target = self.mod.target(name, self.env)
+        if target and _project_root(target.split(".")[0]) is None:
+            return self.libs.add(f"{name}={target}")
+        k = next((k for k in range(len(attrs), -1, -1) if target and _resolve(".".join([target, *attrs[:k]]))), 0)
+        found = _resolve(".".join([target, *attrs[:k]])) if target else None
+        self.refs.update([found] if found and found[1] else [])
+        self.wishes.update((None, a) for a in attrs[k:])
 
 
-def _runtime_nodes(tree: ast.AST):
-    """Every node of ``tree`` but those under ``if TYPE_CHECKING:`` (imports for annotations only)."""
-    todo = [tree]
+@functools.lru_cache(maxsize=None)
+def _symbol(module: str, name: str, entry: str = ""):
+    """(sha256 of the definition's syntax tree or "", what it references) for ``name`` in
+    ``module``: a function, a class (its whole body), a class member or a module-level assignment;
+    ``<import>``: the module's import-time statements that touch a library; ``entry``: the one
+    entry of a :data:`DISPATCH` table that a model's code holds."""
+    mod = _module(module)
+    cls_name, _, member = name.partition(".")
+    nodes = mod.members[cls_name][member] if member else mod.init if name == "<import>" else mod.defs[name]
+    cls = (module, cls_name) if member or nodes and isinstance(nodes[-1], ast.ClassDef) else None
+    if entry:  # {"CNN": CNN, ...}[entry]
+        nodes = [v for k, v in zip(nodes[-1].value.keys, nodes[-1].value.values) if getattr(k, "value", None) == entry]
+    kept, refs = [], _Refs(mod, cls)
+    for node in nodes:
+        one = _Refs(mod, cls)
+        one.visit(node)
+        if name != "<import>" or one.libs:
+            kept.append(node)
+            refs.refs, refs.wishes, refs.libs = refs.refs | one.refs, refs.wishes | one.wishes, refs.libs | one.libs
+    return hashlib.sha256("\n".join(ast.dump(n) for n in kept).encode()).hexdigest() if kept else "", refs
+
+
+def reach(roots: Iterable[str], entry: str = "") -> tuple[dict[tuple[str, str], str], set[str]]:
+    """Every project definition that code from ``roots`` (qualified names) reaches, with its
+    digest ("" for none), and the library names it binds. Followed: names through each module's
+    imports (top-level and in functions, relative ones too), module attributes, ``self.x`` and
+    ``super().x`` through the class and its project bases, whole class bodies, constants, a
+    module's import-time statements. A method called on a value of unknown type
+    (``inputs.batch(idx)``) reaches every member of that name of the classes in the modules
+    reached, until nothing changes: deterministic and conservative (more code than runs, never
+    less). Not followed: :data:`KEYED_BY_VALUE`; ``entry``: the Builder's class name (:data:`DISPATCH`)."""
+    seen: dict[tuple[str, str], str] = {}
+    wishes: set = set()
+    libs: set[str] = set()
+    todo = [_resolve(root) or (root, "") for root in roots]
+    if missing := [m for m, name in todo if not name]:
+        raise ValueError(f"provenance: {missing[0]} names no definition in this checkout (update the roots table)")
     while todo:
-        node = todo.pop()
-        yield node
-        if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING":
-            todo += node.orelse
-            continue
-        todo += ast.iter_child_nodes(node)
+        while todo:
+            sym = todo.pop()
+            if sym in seen or f"{sym[0]}.{sym[1]}" in KEYED_BY_VALUE or not _module(sym[0]):
+                continue
+            seen[sym], refs = _symbol(*sym, entry if f"{sym[0]}.{sym[1]}" in DISPATCH else "")
+            parts = sym[0].split(".")  # a module's import-time code runs with it, and its packages'
+            todo += [*refs.refs, *((".".join(parts[:i]), "<import>") for i in range(1, len(parts) + 1))]
+            wishes |= refs.wishes
+            libs |= refs.libs
+        names: dict[str, set] = {}
+        for restrict, name in wishes:
+            names.setdefault(name, set()).add(restrict)
+        todo = [(m, f"{c}.{n}") for m in {m for m, _ in seen} for c, members in _module(m).members.items()
+                for n in members.keys() & names.keys() if (m, f"{c}.{n}") not in seen
+                and (None in names[n] or names[n] & set(_mro(m, c)))]
+    return seen, libs
 
 
-def closure(roots: Iterable[str]) -> tuple[str, ...]:
-    """``roots`` and every ``driftmatrix.*`` module they import, transitively, sorted."""
-    seen, todo = set(), list(roots)
-    while todo:
-        mod = todo.pop()
-        if mod not in seen:
-            seen.add(mod)
-            todo += internal_imports(mod)
-    return tuple(sorted(seen))
+@functools.lru_cache(maxsize=None)
+def code_key(roots: tuple[str, ...], entry: str = "") -> str:
+    """One digest of the code ``roots`` reach (:func:`reach`): each definition by its name in its
+    module (a definition moved unchanged keeps the key) and the library names it binds."""
+    seen, libs = reach(roots, entry)
+    lines = sorted(f"{name} {sha}" for (_, name), sha in seen.items() if sha) + sorted(libs)
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
-def model_code(builder_module: str, has_encoder: bool) -> tuple[str, ...]:
-    """The modules that build one model's network (its builder module and what that imports) and,
-    for encoder models, read its cached features (those modules alone: what they import runs the
-    embed stage, not this model)."""
-    return tuple(sorted({*closure([builder_module]), *(ENCODER_CODE if has_encoder else ())}))
+def model_roots(build, estimator: str = "") -> tuple[str, ...]:
+    """A model's own roots: its builder module's ``build``, the class its ``Builder.cls`` names
+    there (not the module's other classes) and a named estimator's class when it is project code
+    (an installed library's is keyed by its version: ``models.custom.library_versions``)."""
+    extra = [f"{build.module}.{build.cls}" if build.cls else "", estimator]
+    return (f"{build.module}.build", *(r for r in extra if r and (_resolve(r) or ("", ""))[1]))
 
 
-def train_code(builder_module: str, has_encoder: bool) -> tuple[str, ...]:
-    """Every module on a unit's training path."""
-    return tuple(sorted({*TRAIN_CODE, *model_code(builder_module, has_encoder)}))
+def unit_code(build, estimator: str = "") -> str:
+    """The code key of a unit of the model that ``build`` (a ``models.catalog.Builder``) makes."""
+    key = code_key((*TRAIN_ROOTS, *model_roots(build, estimator)), build.cls)
+    return hashlib.sha256(f"{key} {build.cls} {json.dumps(dict(build.shape), sort_keys=True)}".encode()).hexdigest()[:16]
 
 
-def code_digest(modules: Iterable[str]) -> str:
-    """One digest over the modules' parsed sources (names included, so a move counts)."""
-    return hashlib.sha256("\n".join(f"{m}:{module_digest(m)}" for m in sorted(set(modules))).encode()
-                          ).hexdigest()[:16]
+def code_files(seen: Mapping[tuple[str, str], str]) -> set[Path]:
+    """The files that hold reached code (:func:`reach`): what dvc.yaml's stages that key units depend on."""
+    return {module_path(m).resolve() for (m, _), sha in seen.items() if sha}
 
 
-def source_files(modules: Iterable[str]) -> list[str]:
-    """Repository-relative paths of the modules' files (what dvc.yaml must depend on)."""
-    root = PACKAGE_DIR.parent.parent
-    return sorted(str(module_path(m).relative_to(root)) for m in set(modules))
+def undeclared(estimator: str, stage: str = "train", dvc_file: Path = Path("dvc.yaml")) -> list[str]:
+    """Files of this project (the current folder) holding code that a named estimator reaches and
+    that ``dvc_file``'s ``stage`` does not depend on: DVC would skip the stage when they change."""
+    if not (estimator and (_resolve(estimator) or ("", ""))[1] and dvc_file.exists()):
+        return []
+    import yaml
+
+    spec = yaml.safe_load(dvc_file.read_text())["stages"][stage]
+    deps = [Path(d if isinstance(d, str) else next(iter(d))) for d in (spec.get("do") or spec).get("deps", [])]
+    here = Path.cwd().resolve()
+    files = [f.relative_to(here) for f in code_files(reach([estimator])[0]) if f.is_relative_to(here)]
+    return sorted(str(f) for f in files if not any(d == f or d in f.parents for d in deps))
 
 
 # --- environment ---------------------------------------------------------------------------------

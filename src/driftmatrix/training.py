@@ -198,21 +198,19 @@ def predict(model, inputs, batch_size: int = 1024, precision: str = "fp32",
 
 
 
-def model_plan(params: Params, model: str, manifest: Mapping[str, Any], env: Environment,
-               code: str | None = None) -> ModelPlan:
+def model_plan(params: Params, model: str, manifest: Mapping[str, Any], env: Environment) -> ModelPlan:
     """Every unit of ``model`` under ``params``, the slices ``manifest`` and the environment ``env``
-    (no data loaded): what the train, evaluate, status and matrices stages agree on. ``code``:
-    the digest of the training path (default: this checkout's, ``provenance.train_code``)."""
+    (no data loaded): what the train, evaluate, status and matrices stages agree on; keyed by the
+    code it runs as this checkout holds it (``provenance.unit_code``, ``provenance.SCORE_ROOTS``)."""
     from driftmatrix.data.table import DatasetMeta
     from driftmatrix.features.cache import encoder_identity
     from driftmatrix.models.registry import get
-    from driftmatrix.provenance import SCORE_CODE, SCORE_FORMAT, code_digest
+    from driftmatrix.provenance import SCORE_FORMAT, SCORE_ROOTS, code_key, unit_code
     from driftmatrix.tasks import metric_for
 
     spec, meta = get(model), DatasetMeta.from_dict(manifest["dataset"])
-    code = code if code is not None else unit_code_digest(spec)
     metric = metric_for(meta.task)
-    scoring = {"metric": metric.key, "format": SCORE_FORMAT, "code": code_digest(SCORE_CODE)}
+    scoring = {"metric": metric.key, "format": SCORE_FORMAT, "code": code_key(SCORE_ROOTS)}
     identity = {"model": spec.name, "family": spec.family, "inputs": spec.inputs, "encoder": spec.encoder or "",
                 "description": spec.description, "task": meta.task, "outputs": meta.num_outputs,
                 "features": encoder_identity(spec.inputs, spec.encoder, params.extra.get("embed"))}
@@ -226,14 +224,8 @@ def model_plan(params: Params, model: str, manifest: Mapping[str, Any], env: Env
                                "options": options, "libraries": library_versions(spec.build.cls, options)}
     slice_hashes(manifest)  # a clear error for slices written before content hashes existed
     return plan_model(params.dataset.name, model, spec.family, identity, effective_config(params, model),
-                      manifest["slices"], code=code, env=env.keyed(), scoring=scoring)
-
-
-def unit_code_digest(spec) -> str:
-    """Digest of the modules on ``spec``'s training path, as this checkout holds them."""
-    from driftmatrix.provenance import code_digest, train_code
-
-    return code_digest(train_code(spec.build.module, bool(spec.encoder)))
+                      manifest["slices"], code=unit_code(spec.build, model_options(params, model).get("estimator", "")),
+                      env=env.keyed(), scoring=scoring)
 
 
 class ExperimentInfo:
@@ -484,7 +476,13 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     with its drift-matrix row, so this process never imports MLflow or opens its store.
     """
     from driftmatrix.audit.gate import overridden_checks
+    from driftmatrix.provenance import undeclared
 
+    missing = undeclared(model_options(params, model).get("estimator", ""))
+    if missing:
+        raise ConfigError(f"params.yaml: models.{model}.estimator: its code in {missing[0]} is no dependency of "
+                          f"dvc.yaml's train stage, so `dvc repro` would not retrain {model} when it changes: "
+                          "move the module to src/custom_models/ or add its path to the stage's deps")
     start_workers(params, model)  # before torch is imported here; unused if the units run on a GPU
     env = resolve_environment(params, model)
     exp = Experiment(params, model, slices_dir, features_dir, env)

@@ -25,8 +25,9 @@ from driftmatrix.config import ConfigError, TrainConfig, fingerprint
 #: TrainConfig fields that change a trained model's numbers (and so its key). Precision and device
 #: enter resolved, through the environment; the window through the slices it spans.
 UNIT_SETTINGS = ("epochs", "batch_size", "lr", "weight_decay", "grad_clip", "optimizer", "dropout")
-#: Bump when the key's own recipe changes (code changes are keyed by digest).
-UNIT_FORMAT = 3
+#: Bump when the key's own recipe changes (code changes are keyed by digest). 4: the code digest
+#: covers the definitions a unit reaches (provenance.reach), no longer whole modules.
+UNIT_FORMAT = 4
 
 
 @dataclass(frozen=True)
