@@ -242,7 +242,7 @@ def untraced(params, paths, model: str) -> set[tuple[str, str]]:
 def test_every_function_that_trains_or_scores_a_unit_is_in_its_keys(tmp_path, tiny_params, model):
     """Under-approximation is a bug: trace one unit trained and its cells scored, and check that
     each package function that ran is a definition its unit key or its cells' key digests."""
-    from driftmatrix.pipeline import Paths, prepare
+    from testkit.pipeline import Paths, prepare
 
     params = tiny_params(tmp_path, train={"seeds": [0], "epochs": 1}, models={model: {}})
     paths = Paths(tmp_path / "out")
