@@ -308,10 +308,9 @@ def as_frame(model_input, numeric: Sequence[str], categorical: Sequence[str]) ->
     if absent:
         raise BadInput(f"feature column(s) {absent} missing from the input (its columns: "
                         f"{[str(c) for c in frame.columns][:20]}); send every feature, null where a value is missing")
-    out = {name: _parsed(frame[name], parse_number, name) for name in numeric}
-    out.update({name: _parsed(frame[name], parse_category, name) for name in categorical})
-    return pd.DataFrame({name: np.asarray(v, dtype=np.float64 if name in numeric else object) for name, v in out.items()},
-                        index=range(len(frame)))
+    out = {name: pd.Series(_parsed(frame[name], parse_number, name), dtype=np.float64) for name in numeric}
+    out.update({name: pd.Series(_parsed(frame[name], parse_category, name), dtype=object) for name in categorical})
+    return pd.DataFrame(out, index=range(len(frame)))
 
 
 def _parsed(column: pd.Series, parse, name: str) -> list:
@@ -582,13 +581,13 @@ def verify(folder: str | Path, name: str | None = None) -> dict[str, Any]:
     import yaml
 
     folder = Path(folder)
-    name = name or str(folder)
+    label = name or str(folder)
     try:
         doc = yaml.safe_load((folder / "MLmodel").read_text())
         flavors = doc["flavors"]
         flavor = flavors["python_function"]
     except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
-        raise NotAModel(f"{name}: no readable MLmodel with a python_function flavour ({exc!r}), refused before "
+        raise NotAModel(f"{label}: no readable MLmodel with a python_function flavour ({exc!r}), refused before "
                         f"loading") from None
     problems = []
     if set(flavors) != {"python_function"}:
@@ -607,7 +606,7 @@ def verify(folder: str | Path, name: str | None = None) -> dict[str, Any]:
     config = dict(flavor.get("config") or {})
     problems += _description_problems(folder / "artifacts" / DESCRIPTION, config)
     if problems:
-        raise NotAModel(f"{name}: not a driftmatrix model, refused before loading: " + "; ".join(problems))
+        raise NotAModel(f"{label}: not a driftmatrix model, refused before loading: " + "; ".join(problems))
     return config
 
 
