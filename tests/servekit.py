@@ -75,3 +75,14 @@ def in_process(params, paths, model: str, cutoff: int, seed: int, rows: np.ndarr
     net = exp.load_unit(checkpoints.CheckpointStore(paths.checkpoints, model), unit.key)
     out = training.predict(net, exp.inputs, batch_size=exp.cfg.eval_batch_size, precision=exp.cfg.precision, rows=rows)
     return out if logits else serving.outputs_to_scores(out, exp.meta.task)
+
+
+def held_out(paths, cutoff: int):
+    """The slices' rows and the rows every cell of a ``cutoff`` unit scores (its held-out rows up
+    to the cutoff, every row after it), in row order."""
+    from driftmatrix.evaluation import eval_mask
+    from driftmatrix.slicing import load_slices
+
+    rows, _, _ = load_slices(paths.slices)
+    ids, split = rows["slice"].to_numpy(), rows["split"].to_numpy()
+    return rows, np.flatnonzero(np.any([eval_mask(ids, split, cutoff, j) for j in range(ids.max() + 1)], axis=0))

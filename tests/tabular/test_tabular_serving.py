@@ -20,11 +20,10 @@ from driftmatrix import serving
 from driftmatrix.data.table import DatasetMeta
 from driftmatrix.evaluation import ScoreStore, eval_mask
 from driftmatrix.pipeline import Paths, run_all
-from driftmatrix.slicing import load_slices
 from driftmatrix.tasks import cell_score
 
 from conftest import make_table_params
-from servekit import in_process, post, served
+from servekit import held_out, in_process, post, served
 
 MODELS = {"LogReg": {}, "HistGBT": {}, "LightGBM": {}, "MLP-Tab": {}, "Prior": {},
           "MyGBT": {"estimator": "sklearn.ensemble.GradientBoostingClassifier",
@@ -75,14 +74,6 @@ def flags(tmp_path_factory):
         yield params, paths, root, pd.read_csv(csv)
 
 
-def held_out(paths) -> tuple[pd.DataFrame, np.ndarray]:
-    """The slices' rows and the evaluation rows of the CUTOFF units (every cell's rows)."""
-    rows, _, _ = load_slices(paths.slices)
-    ids, split = rows["slice"].to_numpy(), rows["split"].to_numpy()
-    masks = [eval_mask(ids, split, CUTOFF, j) for j in range(ids.max() + 1)]
-    return rows, np.flatnonzero(np.any(masks, axis=0))
-
-
 def raw_rows(frame: pd.DataFrame, rows: pd.DataFrame, index: np.ndarray) -> pd.DataFrame:
     """The raw CSV rows (as pandas read them, every column) of slice rows ``index``."""
     return frame.set_index("id").loc[rows["id"].to_numpy()[index]].reset_index()
@@ -98,7 +89,7 @@ def test_the_raw_frame_holds_what_the_issue_names(flags):
 @pytest.mark.parametrize("model", MODELS)
 def test_raw_rows_through_the_registered_model_are_the_evaluate_stages_numbers(flags, model):
     params, paths, _, frame = flags
-    rows, index = held_out(paths)
+    rows, index = held_out(paths, CUTOFF)
     pyfunc = mlflow.pyfunc.load_model(f"models:/flags.{model}@cutoff-2002")
     assert [c["name"] for c in pyfunc.metadata.signature.inputs.to_dict()] == [*FEATURES["numeric"],
                                                                               *FEATURES["categorical"]]
@@ -123,7 +114,7 @@ def _unit_key(params, paths, model: str) -> str:
 
 def test_served_over_http_the_same_and_a_missing_column_is_a_400_naming_it(flags):
     params, paths, root, frame = flags
-    rows, index = held_out(paths)
+    rows, index = held_out(paths, CUTOFF)
     raw = raw_rows(frame, rows, index)
     body = {"dataframe_split": json.loads(raw.to_json(orient="split", index=False))}
     with served("models:/flags.LightGBM@cutoff-2002", params.tracking.uri, root / "serve.log") as url:

@@ -139,11 +139,10 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, raw, checkpoints_d
     ``serving.forward`` in the recorded precision and memory layout. With ``source="registry"`` no
     checkpoint is read: the train stage's environment (the plan's keys, the threads) comes from its
     copy beside the scores, so the registry and the scores are all it needs."""
-    import torch
-
     from driftmatrix import serving
     from driftmatrix.checkpoints import CheckpointStore
     from driftmatrix.evaluation import ScoreStore
+    from driftmatrix.executor import torch_threads
     from driftmatrix.provenance import Environment
     from driftmatrix.training import ExperimentInfo
 
@@ -158,27 +157,35 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, raw, checkpoints_d
     images = Path(slices_dir) / "images.npy"
     shape = np.load(images, mmap_mode="r", allow_pickle=False).shape[1:] if exp.meta.input_kind == "image" else None
     config = {**serving.serving_config(params, exp, shape), "device": env.device}
-    torch.set_num_threads(max(1, env.threads or 1))
-    inputs = serving.model_inputs(config, raw, serving.load_encoder(config, env.device), env.device)
     out = {}
-    for unit in exp.plan.units:
-        if source == "registry":
-            from driftmatrix.tracking import configure, load_registered
-
-            configure(params.tracking)
-            try:
-                net = load_registered(params.dataset.name, model, unit.cutoff, seed=unit.seed).to(env.device)
-            except Exception as exc:  # noqa: BLE001 - any registry failure: one line, and the way out
-                raise DataError(f"{model} seed {unit.seed} cutoff {unit.cutoff}: the MLflow registry did not give "
-                                f"a model ({type(exc).__name__}: {str(exc)[:200]}); without --registry the "
-                                f"checkpoints are read") from None
-        else:
-            if not store.done(unit.key):
-                log.warning("%s seed %d cutoff %s: no checkpoint; skipped", model, unit.seed, unit.cutoff)
-                continue
-            net = serving.load_network(store.folder(unit.key), config, env.device)
-        out[ms.seeds.index(unit.seed), unit.cutoff_index] = serving.forward(net, inputs, config)
+    with torch_threads(max(1, env.threads or 1)):
+        inputs = serving.model_inputs(config, raw, serving.load_encoder(config, env.device), env.device)
+        for unit in exp.plan.units:
+            net = unit_network(params, unit, store, config, env.device, source)
+            if net is not None:
+                out[ms.seeds.index(unit.seed), unit.cutoff_index] = serving.forward(net, inputs, config)
     return out
+
+
+def unit_network(params: Params, unit, store, config: Mapping[str, Any], device: str, source: str):
+    """A unit's network, laid out as the evaluate stage scores it, from the MLflow registry or its
+    checkpoint (None, with a warning, when it has none)."""
+    from driftmatrix import serving
+
+    if source == "registry":
+        from driftmatrix.tracking import configure, load_registered
+
+        configure(params.tracking)
+        try:
+            return load_registered(params.dataset.name, unit.model, unit.cutoff, seed=unit.seed).to(device)
+        except Exception as exc:  # noqa: BLE001 - any registry failure: one line, and the way out
+            raise DataError(f"{unit.model} seed {unit.seed} cutoff {unit.cutoff}: the MLflow registry did not give "
+                            f"a model ({type(exc).__name__}: {str(exc)[:200]}); without --registry the "
+                            f"checkpoints are read") from None
+    if not store.done(unit.key):
+        log.warning("%s seed %d cutoff %s: no checkpoint; skipped", unit.model, unit.seed, unit.cutoff)
+        return None
+    return serving.load_network(store.folder(unit.key), config, device)
 
 
 def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray], task: str, ahead: int,
