@@ -68,9 +68,6 @@ ARTIFACTS = {"weights": WEIGHTS, "description": DESCRIPTION, "record": RECORD}
 LOADER = "mlflow.pyfunc.loaders.code_model"
 #: Model inputs packaged as MLflow models (``models.registry.INPUTS``).
 INPUT_KINDS = ("pixels", "token_states", "pooled", "none", "table")
-log = logging.getLogger(__name__)
-#: What an image model's predict also accepts: file paths (a list, Series or one-column frame).
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -316,8 +313,9 @@ def as_frame(model_input, numeric: Sequence[str], categorical: Sequence[str]) ->
 def _parsed(column: pd.Series, parse, name: str) -> list:
     """``parse(value, name)`` of every value of a column, each distinct value once."""
     from driftmatrix.data.jsonl import Drop
+    from driftmatrix.data.sources.tabular import parse_number
 
-    if column.dtype.kind in "iufb" and parse.__name__ == "parse_number":  # what parse_number does, at once
+    if parse is parse_number and column.dtype.kind in "iufb":  # what parse_number does, at once
         x = column.to_numpy(dtype=np.float64, na_value=np.nan)
         if np.isinf(x).any():
             raise BadInput(f"row {int(np.flatnonzero(np.isinf(x))[0])}: field {name!r}: not a finite number")
@@ -622,7 +620,8 @@ def _description_problems(path: Path, config: Mapping[str, Any]) -> list[str]:
     if desc.get("format") == "driftmatrix-tabular-1":
         from driftmatrix.models.tabular import UntrustedModel, loading_trust
 
-        project_params(desc.get("model"))
+        if (desc.get("info") or {}).get("kind") == "Custom":
+            project_params(desc.get("model"))
         try:
             loading_trust(str(desc["model"]), desc.get("info") or {})
         except UntrustedModel as exc:

@@ -15,8 +15,10 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
+import yaml
 
 from driftmatrix import serving
+from driftmatrix.config import to_raw
 from driftmatrix.data.table import DatasetMeta
 from driftmatrix.evaluation import ScoreStore, eval_mask
 from driftmatrix.pipeline import Paths, run_all
@@ -126,6 +128,13 @@ def test_served_over_http_the_same_and_a_missing_column_is_a_400_naming_it(flags
         assert status == 400 and "zip" in answer["message"] and "missing" in answer["message"]
         status, answer = post(f"{url}/invocations", {"inputs": ["just text", "more"]})
         assert status == 400 and all(f in answer["message"] for f in ("x", "n", "zip", "flag", "member", "city"))
+    # a named estimator is served where this project's params.yaml names it (the server's working folder)
+    (root / "params.yaml").write_text(yaml.safe_dump(to_raw(params)))
+    with served("models:/flags.MyGBT@cutoff-2002", params.tracking.uri, root / "serve-custom.log", cwd=root) as url:
+        status, answer = post(f"{url}/invocations", body)
+        assert status == 200, answer
+        got = np.array([[r[c] for c in ("0", "1")] for r in answer["predictions"]])
+        np.testing.assert_allclose(got, in_process(params, paths, "MyGBT", CUTOFF, SEED, index), rtol=0, atol=1e-6)
 
 
 def test_missing_or_bad_values_are_named_never_defaulted():
