@@ -205,9 +205,9 @@ def parse_number(v: Any, col: str) -> float:
 
 def parse_category(v: Any, col: str) -> str | None:
     """A categorical feature value as its canonical text, however a file or pandas typed it: text
-    that names a finite number is that number, and a boolean is 0 / 1 (1, 1.0, "1.0", "01" and
-    True are one category, "1"; "true" / "false" in any case are "1" / "0"); surrounding spaces
-    are stripped; None when missing; Drop(wrong type) for a list, an object or bytes."""
+    that names a whole number is that number, and a boolean is 0 / 1 (1, 1.0, "1.0", "01" and True
+    are one category, "1"; "true" / "false" in any case are "1" / "0"); surrounding spaces are
+    stripped; None when missing; Drop(wrong type) for a list, an object or bytes."""
     if _blank(v):
         return None
     if isinstance(v, str):
@@ -218,9 +218,9 @@ def parse_category(v: Any, col: str) -> str | None:
             x = float(text)
         except ValueError:
             return text
-        if not math.isfinite(x) or "_" in text:
+        if "_" in text or not (math.isfinite(x) and x.is_integer()):
             return text
-        return str(int(text)) if text.lstrip("+-").isdigit() else label_key(x, col)
+        return str(int(text)) if text.lstrip("+-").isdigit() else str(int(x))
     return label_key(v, col)
 
 
