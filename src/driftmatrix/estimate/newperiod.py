@@ -48,8 +48,9 @@ def read_images(path: str | Path, size: int) -> tuple[np.ndarray, list[str]]:
     path = Path(path)
     if path.is_file() and path.suffix == ".npy":
         arr = np.load(path, allow_pickle=False)
-        if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
-            raise DataError(f"{path}: expected uint8 images (N, H, W, 3), got {arr.dtype} {arr.shape}")
+        if arr.ndim != 4 or arr.shape[1:] != (size, size, 3) or arr.dtype != np.uint8:
+            raise DataError(f"{path}: expected uint8 images (N, {size}, {size}, 3) as the slices hold, got {arr.dtype} "
+                            f"{arr.shape}")
         return arr, [f"{path.name}[{k}]" for k in range(len(arr))]
     if not path.is_dir():
         raise DataError(f"{path}: no such folder (or .npy of images)")
@@ -154,8 +155,7 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, raw, checkpoints_d
                         f"{Path(checkpoints_dir) / model}: no checkpoints (run `driftmatrix train -m {model}`)")
     env = Environment.from_dict(recorded)
     exp = ExperimentInfo(params, model, slices_dir, env)
-    images = Path(slices_dir) / "images.npy"
-    shape = np.load(images, mmap_mode="r", allow_pickle=False).shape[1:] if exp.meta.input_kind == "image" else None
+    shape = np.shape(raw)[1:] if exp.meta.input_kind == "image" else None  # the slices' images, read at their size
     config = {**serving.serving_config(params, exp, shape), "device": env.device}
     out = {}
     with torch_threads(max(1, env.threads or 1)):
