@@ -54,7 +54,7 @@ def main() -> None:
     truth = {}
     for model in params.models:
         ms = load_model(params, model, manifest, "outputs/scores")
-        outs = newperiod.unit_outputs(params, model, ms, images, "outputs/checkpoints", manifest)
+        outs = newperiod.unit_outputs(params, model, ms, images, "outputs/checkpoints", "outputs/slices")
         for i in range(ms.K):
             accs = [100 * float((outs[s, i].argmax(1) == labels).mean()) for s in range(len(ms.seeds)) if (s, i) in outs]
             truth[model, ms.slices[i]] = float(np.mean(accs))

@@ -6,11 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import mlflow
@@ -18,9 +13,10 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from driftmatrix import checkpoints, registry_info, serving, training
+from driftmatrix import registry_info, serving
 from driftmatrix.analysis import advisor
 from driftmatrix.config import parse_params
+from servekit import in_process, post, served
 from testkit.pipeline import Paths, run_all
 
 IMAGE_MODELS = {"MLP-S": {}, "CNN-S": {}, "Prior": {}}
@@ -88,15 +84,6 @@ def use(params) -> None:
     mlflow.set_tracking_uri(params.tracking.uri)
 
 
-def in_process(params, paths: Paths, model: str, cutoff: int, seed: int, rows: np.ndarray) -> np.ndarray:
-    """What the evaluate stage computes for ``rows``: its Experiment, its checkpoint, its batches."""
-    exp = training.Experiment(params, model, paths.slices, paths.features)
-    unit = exp.plan.unit(seed, cutoff)
-    net = exp.load_unit(checkpoints.CheckpointStore(paths.checkpoints, model), unit.key)
-    logits = training.predict(net, exp.inputs, precision=exp.cfg.precision, rows=rows)
-    return serving.outputs_to_scores(logits, exp.meta.task)
-
-
 def test_image_versions_load_by_alias_and_predict_the_pipelines_probabilities(images):
     params, paths, _ = images
     use(params)
@@ -152,20 +139,9 @@ def test_text_versions_take_raw_strings_and_predict_the_pipelines_probabilities(
         assert list(got.columns) == CATEGORIES
         # the feature cache encoded these documents batched with others (other padding): last bits only
         np.testing.assert_allclose(got.to_numpy(), in_process(params, paths, model, 1, 0, rows), rtol=0, atol=2e-4)
-        assert pyfunc.metadata.signature.inputs.to_dict() == [{"type": "string", "required": True}]
+        # any type: a NaN document is empty text, not a schema error (serving.as_texts)
+        assert pyfunc.metadata.signature.inputs.to_dict() == [{"type": "any", "required": True}]
         assert pyfunc.predict(texts[:1]).shape == (1, len(CATEGORIES))
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _post(url: str, body: dict) -> dict:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
 
 
 @pytest.mark.parametrize("which", ["images", "papers"])
@@ -182,34 +158,14 @@ def test_mlflow_models_serve_on_loopback_answers_the_same_numbers(which, request
         name, inputs = "tiny-papers.FFN-S@cutoff-2001", rows_df["text"].fillna("").head(6).tolist()
         body = {"inputs": inputs}
     expected = mlflow.pyfunc.load_model(f"models:/{name}").predict(inputs)
-    port = _free_port()
-    mlflow_cli = Path(sys.executable).with_name("mlflow")
-    log = open(root / f"serve-{which}.log", "w")
-    proc = subprocess.Popen([str(mlflow_cli), "models", "serve", "-m", f"models:/{name}", "--env-manager", "local",
-                             "-h", "127.0.0.1", "-p", str(port)], stdout=log, stderr=subprocess.STDOUT,
-                            env={**os.environ, "MLFLOW_TRACKING_URI": params.tracking.uri,  # uvicorn: the venv's
-                                 "PATH": f"{mlflow_cli.parent}{os.pathsep}{os.environ.get('PATH', '')}"},
-                            start_new_session=True)
-    try:
-        deadline = time.time() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=5) as resp:
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            assert proc.poll() is None, (root / f"serve-{which}.log").read_text()[-3000:]
-            assert time.time() < deadline, "server did not answer /ping in 180 s"
-            time.sleep(0.5)
-        answer = _post(f"http://127.0.0.1:{port}/invocations", body)["predictions"]
-        served = np.array([[row[c] for c in expected.columns] for row in answer])
-        np.testing.assert_allclose(served, expected.to_numpy(), rtol=1e-12, atol=0)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, 15)  # the server and its uvicorn worker
-        proc.wait(timeout=60)
-        log.close()
+    with served(f"models:/{name}", params.tracking.uri, root / f"serve-{which}.log") as url:
+        status, answer = post(f"{url}/invocations", body)
+        assert status == 200, answer
+        served_values = np.array([[row[c] for c in expected.columns] for row in answer["predictions"]])
+        np.testing.assert_allclose(served_values, expected.to_numpy(), rtol=1e-12, atol=0)
+        if which == "papers":  # a null document is empty text, not a schema error
+            status, answer = post(f"{url}/invocations", {"inputs": [None, ""]})
+            assert status == 200 and answer["predictions"][0] == answer["predictions"][1], answer
 
 
 def test_versions_carry_what_a_deployer_chooses_by(images):

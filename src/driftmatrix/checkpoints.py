@@ -9,6 +9,7 @@ unpickled: weights are safetensors, everything else JSON.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import os
 from pathlib import Path
@@ -137,10 +138,11 @@ def _sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def load_model_folder(folder: str | Path, device: str = "cpu", trusted: list[str] | None = None):
+def load_model_folder(folder: str | Path, device: str = "cpu"):
     """Rebuild a logged model from ``model.json`` and load ``model.safetensors`` (no pickle). A
-    tabular model loads its skops parts with its own trusted types (a named estimator's: its class
-    and the types its params.yaml entry trusts, as recorded; ``trusted`` replaces that list)."""
+    tabular model's skops parts build only the types this project trusts for it
+    (``models.tabular.loading_trust``: never a list its own ``model.json`` asks for); a refusal
+    names the unit."""
     from safetensors.torch import load_file
 
     from driftmatrix.models.registry import get
@@ -148,19 +150,23 @@ def load_model_folder(folder: str | Path, device: str = "cpu", trusted: list[str
     folder = Path(folder)
     desc = json.loads((folder / DESCRIPTION).read_text())
     if desc.get("format") == "driftmatrix-tabular-1":  # preprocessing + estimator; skops / LightGBM text inside
-        return load_tabular(desc, load_file(str(folder / WEIGHTS), device="cpu"), trusted)
+        tabular = importlib.import_module("driftmatrix.models.tabular")
+        try:
+            return load_tabular(desc, load_file(str(folder / WEIGHTS), device="cpu"))
+        except tabular.UntrustedModel as exc:
+            unit = (read_json(folder / RECORD) or {}).get("unit") or {}
+            where = f"{unit.get('model')} cutoff {unit.get('cutoff')} seed {unit.get('seed')}" if unit else str(folder)
+            raise tabular.UntrustedModel(f"{where}: {exc}") from None
     kwargs = {"dropout": desc["dropout"]} if desc.get("dropout") is not None else {}
     model = get(desc["model"]).build(desc["num_outputs"], desc.get("info") or {}, **kwargs)
     model.load_state_dict(load_file(str(folder / WEIGHTS), device=device))
     return model.to(device).eval()
 
 
-def load_tabular(desc: dict[str, Any], state: Mapping[str, Any], trusted: list[str] | None = None):
+def load_tabular(desc: dict[str, Any], state: Mapping[str, Any]):
     """A tabular model (``models.tabular``) from its description and stored tensors."""
-    import importlib
-
     tabular = importlib.import_module("driftmatrix.models.tabular")
     info = dict(desc.get("info") or {})
-    kind = str(info.get("kind") or "")
-    model = tabular.TabularModel(kind, desc["num_outputs"], info, desc.get("dropout"))
+    trusted = tabular.loading_trust(str(desc.get("model")), info)
+    model = tabular.TabularModel(str(info.get("kind") or ""), desc["num_outputs"], info, desc.get("dropout"))
     return model.load_state_dict(state, trusted).eval()

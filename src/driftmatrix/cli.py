@@ -246,8 +246,9 @@ def backtest(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
 
 
 @app.command()
-def estimate(data: Path = typer.Option(..., "--data", help="The new period: a folder of images in the dataset's "
-                                       "format (labels ignored) or an .npy of uint8 images."),
+def estimate(data: Path = typer.Option(..., "--data", help="The new period in the dataset's format, labels "
+                                       "ignored: a folder of images or an .npy of uint8 images, or a feature or "
+                                       "text table read with the dataset's options."),
              params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/slices")),
              scores: Path = typer.Option(Path("outputs/scores")),
              checkpoints: Path = typer.Option(Path("outputs/checkpoints")),

@@ -125,6 +125,9 @@ def model_description(spec, dataset: str, config: Mapping[str, Any] | None, matr
             h, w, c = config.get("image_shape") or ("H", "W", 3)
             takes = (f"uint8 images (N, {h}, {w}, {c}) (image files: `driftmatrix.serving.read_images(paths, "
                      f"({h}, {w}))`)")
+        elif config.get("modality") == "table":
+            takes = (f"a DataFrame of the raw feature columns {[*config.get('numeric', []), *config.get('categorical', [])]} "
+                     "(any dtype, null where a value is missing)")
         else:
             takes = "raw strings (the model runs its encoder" + (
                 f" {config['encoder']}" if config.get("encoder") else "") + " itself)"

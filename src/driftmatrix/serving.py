@@ -11,13 +11,16 @@ Each unit's MLflow run holds its ``model`` artifact as an MLflow model folder::
 
 Nothing in it is a pickle, and loading unpickles nothing: MLflow runs ``pyfunc_model.py``, which
 builds :class:`UnitModel`; that rebuilds the network from ``model.json`` and reads the weights
-with safetensors (a tabular unit: its skops parts with its trusted types, a LightGBM booster
-from its text, MLP-Tab's tensors; ``checkpoints.load_model_folder``). What a user has goes in:
-images as uint8 arrays (N, H, W, 3) for image models (file paths through :func:`read_images`),
-raw strings for text models (the model runs the encoder the embed stage ran, from the same
-local sources), a DataFrame of the raw feature columns for tabular models (numbers, categories
-as text, missing values as None / NaN); class probabilities (or the regression value) come out
-as a DataFrame with one named column per class.
+with safetensors (a tabular unit: its skops parts with the types this project trusts, a
+LightGBM booster from its text, MLP-Tab's tensors; ``checkpoints.load_model_folder``).
+
+What is served is what was scored: raw records go in and :func:`model_inputs` reads each kind
+as the pipeline does (images through ingestion's decoder, texts as ingestion reads a field and
+then the embed stage's encoder code, feature rows through ingestion's value parsers), and
+:func:`forward` runs the network as the evaluate stage does (``training.predict``, the recorded
+precision, channels-last for convolutional models). ``driftmatrix estimate --data`` uses the same
+two functions. Class probabilities (or the regression value) come out as a DataFrame with one
+named column per class; bad input is an ``INVALID_PARAMETER_VALUE`` error (HTTP 400) naming it.
 
 Writing a model with ``mlflow.pyfunc.save_model`` takes most of a second, so
 :class:`ModelFolders` saves it once per model (a template) and makes each unit's folder from
@@ -26,7 +29,8 @@ identity (a few milliseconds).
 
 :func:`load` is the one loading path of this package (``tracking.load_registered`` calls it):
 it checks that a downloaded folder is such a model (only the pyfunc flavour, loaded from this
-package's own code file, no pickled model) and then calls ``mlflow.pyfunc.load_model``.
+package's own code file, no pickled model, a ``model.json`` asking for nothing this project does
+not trust) and then calls ``mlflow.pyfunc.load_model``.
 """
 
 from __future__ import annotations
@@ -48,21 +52,22 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 import pandas as pd
+from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.pyfunc import PythonModel
 
 from driftmatrix.checkpoints import DESCRIPTION, RECORD, WEIGHTS
+from driftmatrix.data.table import DataError
 
 #: ``model_logged`` tag of a run whose ``model`` artifact is this format (others are logged again).
-MODEL_FORMAT = "driftmatrix-pyfunc-1"
+#: 2: raw feature rows of any dtype (signature: required columns of any type), Prior on tables.
+MODEL_FORMAT = "driftmatrix-pyfunc-2"
 CODE_MODULE = "driftmatrix.pyfunc_model"
 CODE_FILE = "pyfunc_model.py"
 ARTIFACTS = {"weights": WEIGHTS, "description": DESCRIPTION, "record": RECORD}
 LOADER = "mlflow.pyfunc.loaders.code_model"
 #: Model inputs packaged as MLflow models (``models.registry.INPUTS``).
 INPUT_KINDS = ("pixels", "token_states", "pooled", "none", "table")
-log = logging.getLogger(__name__)
-#: What an image model's predict also accepts: file paths (a list, Series or one-column frame).
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
 
 
 # --- the model ------------------------------------------------------------------------------------
@@ -82,74 +87,116 @@ class UnitModel(PythonModel):
     def load_context(self, context) -> None:
         import torch
 
-        from driftmatrix.checkpoints import load_model_folder
-
         self.config = dict(context.model_config or {})
         weights = Path(context.artifacts["weights"])
         if Path(context.artifacts["description"]).parent != weights.parent:
             raise ValueError("model.json and model.safetensors must lie in one folder")
+        if self.config.get("family") == "Custom":  # a process that only serves: the project's own params
+            project_params(self.config.get("model"))
         self.device = torch.device(self.config.get("device") or "cpu")
-        self.network = load_model_folder(weights.parent, device=str(self.device))
-        self.channels_last = self.config.get("inputs") == "pixels" and self.config.get("family") != "MLP"
-        if self.channels_last:  # as the evaluate stage scores it (training.Experiment.new_model)
-            self.network = self.network.to(memory_format=torch.channels_last)
-        self.encoder = None
-        if self.config.get("inputs") in ("token_states", "pooled"):
-            from driftmatrix.features import encoders
-
-            self.encoder = encoders.load(self.config["encoder"], self.embed().sources, self.device)
-
-    def embed(self):
-        from driftmatrix.features.cache import embed_config
-
-        return embed_config(self.config.get("embed") or {})
-
-    def inputs(self, model_input):
-        """The network's inputs (``features.inputs`` objects) for a batch of user data."""
-        kind, modality = self.config.get("inputs"), self.config.get("modality")
-        if kind == "none":
-            from driftmatrix.features.inputs import RowCountInputs
-
-            return RowCountInputs(len(as_texts(model_input) if modality == "text" else
-                                      as_images(model_input, self.config.get("image_shape"))))
-        if kind == "pixels":
-            from driftmatrix.features.inputs import PixelInputs
-
-            inputs = PixelInputs(as_images(model_input, self.config.get("image_shape"))).to(self.device)
-            inputs.channels_last = self.channels_last
-            return inputs
-        return self.encoded(model_input, kind, modality)
-
-    def encoded(self, model_input, kind: str, modality: str):
-        """Run the embed stage's own shard encoder (``cache.encode_shard``) over the batch: the same
-        code, batching by token length and float16 token states as the feature cache."""
-        from driftmatrix.features import cache
-
-        info = {"dim": None, "encoder": self.config["encoder"]}
-        items = as_texts(model_input) if modality == "text" else as_images(model_input, self.config.get("image_shape"))
-        ctx = cache.LoadedEncoder(self.encoder, self.embed(), modality)
-        arrays = cache.encode_shard(ctx, cache.Shard(0, items, kind == "token_states"))
-        info["dim"] = int(arrays["pooled"].shape[1])
-        if kind == "pooled":
-            return cache.PooledInputs(arrays["pooled"], info).to(self.device)
-        info["max_len"] = self.embed().max_length
-        return cache.TokenStateInputs([arrays["states"]], [arrays["mask"]], max(len(items), 1), info,
-                                      self.device)
+        self.network = load_network(weights.parent, self.config, self.device)
+        self.encoder = load_encoder(self.config, self.device)
 
     def predict(self, context, model_input, params=None) -> pd.DataFrame:
-        from driftmatrix.training import predict as forward
+        inputs = model_inputs(self.config, model_input, self.encoder, self.device)
+        logits = forward(self.network, inputs, self.config, (params or {}).get("batch_size"))
+        return pd.DataFrame(outputs_to_scores(logits, self.config["task"]), columns=list(self.config["columns"]))
 
-        columns = list(self.config["columns"])
-        if self.config.get("inputs") == "table":  # the tabular model maps the raw columns itself
-            frame = as_frame(model_input, self.config["numeric"], self.config["categorical"])
-            logits = self.network.predict_frame(frame) if len(frame) else np.zeros((0, len(columns)))
-            return pd.DataFrame(outputs_to_scores(logits, self.config["task"]), columns=columns)
-        inputs = self.inputs(model_input)
-        if len(inputs) == 0:
-            return pd.DataFrame({c: np.zeros(0) for c in columns})
-        batch = int((params or {}).get("batch_size") or self.config.get("batch_size") or 256)
-        logits = forward(self.network, inputs, batch_size=batch, precision=self.config.get("precision", "fp32"))
-        return pd.DataFrame(outputs_to_scores(logits, self.config["task"]), columns=columns)
+
+def project_params(model: str | None) -> None:
+    """Parse the working folder's ``params.yaml`` unless this process already knows ``model``'s
+    estimator (``models.custom.ESTIMATORS``): the loading project decides what a stored estimator
+    may build (``models.tabular.loading_trust``)."""
+    from driftmatrix.config import ConfigError, load_params
+    from driftmatrix.models import custom
+
+    if model not in custom.ESTIMATORS:
+        with contextlib.suppress(ConfigError):
+            load_params()
+
+
+def channels_last(config: Mapping[str, Any]) -> bool:
+    """Whether the evaluate stage scores this model channels-last (``training.Experiment``):
+    pixel models but the flattening MLPs."""
+    return config.get("inputs") == "pixels" and config.get("family") != "MLP"
+
+
+def load_network(folder: str | Path, config: Mapping[str, Any], device="cpu"):
+    """A unit's network from its folder (``checkpoints.load_model_folder``: no pickle, a tabular
+    unit trusted as this project decides), in the memory layout the evaluate stage scores it in."""
+    import torch
+
+    from driftmatrix.checkpoints import load_model_folder
+
+    network = load_model_folder(folder, device=str(device))
+    return network.to(memory_format=torch.channels_last) if channels_last(config) else network
+
+
+def load_encoder(config: Mapping[str, Any], device="cpu"):
+    """The encoder the embed stage ran for a cached-feature model (None for the others)."""
+    if config.get("inputs") not in ("token_states", "pooled"):
+        return None
+    from driftmatrix.features import encoders
+
+    return encoders.load(config["encoder"], embed_of(config).sources, device)
+
+
+def embed_of(config: Mapping[str, Any]):
+    from driftmatrix.features.cache import embed_config
+
+    return embed_config(config.get("embed") or {})
+
+
+def model_inputs(config: Mapping[str, Any], model_input, encoder=None, device="cpu"):
+    """The network's inputs (``features.inputs`` objects) for raw records, each kind read as the
+    pipeline reads it: feature rows by :func:`as_frame`, texts by :func:`as_texts` then the embed
+    stage's encoder code (:func:`encoded`), images by :func:`as_images` (files by :func:`read_images`)."""
+    from driftmatrix.features.inputs import PixelInputs, RowCountInputs
+
+    kind, modality = config.get("inputs"), config.get("modality")
+    if modality == "table":
+        frame = as_frame(model_input, config["numeric"], config["categorical"], config.get("na_values"))
+        if kind == "none":
+            return RowCountInputs(len(frame))
+        from driftmatrix.features.table import TableInputs
+
+        return TableInputs.from_frame(frame, config["numeric"], config["categorical"])
+    items = as_texts(model_input) if modality == "text" else as_images(model_input, config.get("image_shape"))
+    if kind == "none" or not len(items):
+        return RowCountInputs(len(items))
+    if kind == "pixels":
+        inputs = PixelInputs(items).to(device)
+        inputs.channels_last = channels_last(config)
+        return inputs
+    return encoded(config, items, encoder, device)
+
+
+def encoded(config: Mapping[str, Any], items, encoder, device="cpu"):
+    """Cached-feature inputs of ``items`` made by the embed stage's own code (``cache.encode_shard``
+    over shards of ``embed.shard_size``: its batching by token length, float16 token states)."""
+    from driftmatrix.features import cache
+
+    embed, states = embed_of(config), config["inputs"] == "token_states"
+    ctx = cache.LoadedEncoder(encoder, embed, config["modality"])
+    size = embed.shard_size
+    shards = [cache.encode_shard(ctx, cache.Shard(k, items[at:at + size], states))
+              for k, at in enumerate(range(0, len(items), size))]
+    info = {"dim": int(shards[0]["pooled"].shape[1]), "encoder": config["encoder"]}
+    if not states:
+        return cache.PooledInputs(np.concatenate([s["pooled"] for s in shards]), info).to(device)
+    return cache.TokenStateInputs([s["states"] for s in shards], [s["mask"] for s in shards], size,
+                                  {**info, "max_len": embed.max_length}, device)
+
+
+def forward(network, inputs, config: Mapping[str, Any], batch_size: int | None = None) -> np.ndarray:
+    """The network's outputs on ``inputs`` as the evaluate stage computes them (``training.predict``
+    in the precision and batch size it scored with)."""
+    from driftmatrix.training import predict
+
+    if len(inputs) == 0:
+        return np.zeros((0, len(config["columns"])), np.float32)
+    batch = int(batch_size or config.get("batch_size") or 256)
+    return predict(network, inputs, batch_size=batch, precision=config.get("precision", "fp32"))
 
 
 def outputs_to_scores(logits: np.ndarray, task: str) -> np.ndarray:
@@ -165,6 +212,18 @@ def outputs_to_scores(logits: np.ndarray, task: str) -> np.ndarray:
 
 
 # --- what goes in ---------------------------------------------------------------------------------
+class BadInput(MlflowException, DataError):
+    """Input a model cannot read, named: ``INVALID_PARAMETER_VALUE`` (an HTTP 400 from ``mlflow
+    models serve``), and a one-line error on the command line."""
+
+    def __init__(self, message: str):
+        super().__init__(message, error_code=INVALID_PARAMETER_VALUE)
+
+
+def _missing(v: Any) -> bool:
+    return v is None or (pd.api.types.is_scalar(v) and bool(pd.isna(v)))
+
+
 def _is_paths(values: Sequence[Any]) -> bool:
     return len(values) > 0 and all(isinstance(v, (str, os.PathLike)) for v in values)
 
@@ -186,57 +245,97 @@ def as_images(model_input, shape: Sequence[int] | None = None) -> np.ndarray:
     if arr.ndim == 3:
         arr = arr[None]
     if arr.ndim != 4 or arr.shape[-1] != 3:
-        raise ValueError(f"images must be (N, H, W, 3) uint8 arrays or file paths, got shape {arr.shape}")
+        raise BadInput(f"images must be (N, H, W, 3) uint8 arrays or file paths, got shape {arr.shape}")
     if shape is not None and tuple(arr.shape[1:3]) != tuple(shape[:2]):
-        raise ValueError(f"images must be {shape[0]} x {shape[1]} pixels, got {arr.shape[1]} x {arr.shape[2]} "
-                         f"(driftmatrix.serving.read_images resizes files)")
+        raise BadInput(f"images must be {shape[0]} x {shape[1]} pixels, got {arr.shape[1]} x {arr.shape[2]} "
+                        f"(driftmatrix.serving.read_images reads and resizes files as ingestion does)")
     if arr.dtype != np.uint8:
         if arr.size and (arr.min() < 0 or arr.max() > 255 or not np.all(np.equal(np.mod(arr, 1), 0))):
-            raise ValueError("image values must be integers in 0..255")
+            raise BadInput("image values must be integers in 0..255")
         arr = arr.astype(np.uint8)
     return np.ascontiguousarray(arr)
 
 
-def read_images(paths: Iterable[str | os.PathLike], shape: Sequence[int] | None = None) -> np.ndarray:
-    """Image files -> uint8 (N, H, W, 3), RGB, resized (bilinear) to ``shape`` (H, W) when given:
-    what an image model's ``predict`` takes."""
-    from PIL import Image
+def read_images(paths: Iterable[str | os.PathLike], shape: Sequence[int]) -> np.ndarray:
+    """Image files -> uint8 (N, H, W, 3) as ingestion reads them (``data.sources.yearbook.decode``:
+    any mode to RGB, resized to the model's square ``shape`` with OpenCV's INTER_AREA): what an
+    image model's ``predict`` takes. A file ingestion would drop is an error naming it."""
+    from driftmatrix.data.jsonl import Drop
+    from driftmatrix.data.sources.yearbook import decode
 
+    if shape is None or int(shape[0]) != int(shape[1]):
+        raise ValueError(f"read_images: images are read square, as ingestion reads them; got shape {shape}")
     out = []
     for path in paths:
-        with Image.open(path) as im:
-            im = im.convert("RGB")
-            if shape is not None and im.size != (shape[1], shape[0]):
-                im = im.resize((int(shape[1]), int(shape[0])), Image.BILINEAR)
-            out.append(np.asarray(im, dtype=np.uint8))
-    return np.stack(out) if out else np.zeros((0, *(shape or (0, 0))[:2], 3), np.uint8)
+        try:
+            out.append(decode(Path(path).read_bytes(), int(shape[0])))
+        except Drop as exc:
+            raise BadInput(f"{path}: {exc.describe()}") from None
+    return np.stack(out) if out else np.zeros((0, int(shape[0]), int(shape[1]), 3), np.uint8)
 
 
 def as_texts(model_input) -> list[str]:
-    """Raw strings from a list, array, Series, one-column frame (or a ``text`` column), or a str."""
+    """Documents from a list, array, Series, one-column frame (or a ``text`` column), or a str, as
+    ingestion reads a text field: surrounding whitespace stripped; None or NaN is empty text."""
     data = model_input
     if isinstance(data, str):
-        return [data]
+        return [data.strip()]
     if isinstance(data, dict):
         data = data.get("text", next(iter(data.values())))
     if isinstance(data, pd.DataFrame):
         data = data["text"] if "text" in data.columns else data.iloc[:, 0]
-    return ["" if v is None or (isinstance(v, float) and np.isnan(v)) else str(v) for v in list(np.ravel(data))]
+    out = []
+    for row, v in enumerate(data.tolist() if isinstance(data, pd.Series) else list(np.ravel(data))):
+        if isinstance(v, (dict, list, tuple, bytes, bytearray)):
+            raise BadInput(f"text row {row}: a {type(v).__name__} is not a document")
+        out.append("" if _missing(v) else str(v).strip())
+    return out
 
 
-def as_frame(model_input, numeric: Sequence[str], categorical: Sequence[str]) -> pd.DataFrame:
-    """The feature columns of a tabular model's input (a DataFrame, a dict of columns or a list of
-    row dicts): numbers as float64 (NaN missing), categories as text (None missing); a feature the
-    input lacks is missing in every row, other columns are ignored."""
+def as_frame(model_input, numeric: Sequence[str], categorical: Sequence[str],
+             na_values: Sequence[str] | None = None) -> pd.DataFrame:
+    """Feature rows (a DataFrame, a dict of columns or a list of row dicts) as ingestion keeps them,
+    value by value through ``data.sources.tabular``'s ``parse_number`` and ``parse_category``:
+    numbers float64 (integers and booleans welcome, NaN missing), categories canonical text of any
+    dtype (1, 1.0, "1" and True are "1"; spaces stripped; None missing). A feature column the
+    input lacks, or a value ingestion would drop, is an error naming it; other columns are ignored.
+    ``na_values``: the dataset's missing-value markers (default: the reader's)."""
+    from driftmatrix.data.sources.tabular import NA_VALUES, parse_category, parse_number
+
+    na = frozenset(NA_VALUES if na_values is None else na_values)
     frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
-    out = {}
-    for name in numeric:
-        out[name] = (pd.to_numeric(frame[name], errors="coerce").astype(np.float64) if name in frame
-                     else np.full(len(frame), np.nan))
-    for name in categorical:
-        values = frame[name].to_numpy(dtype=object) if name in frame else np.full(len(frame), None, dtype=object)
-        out[name] = [None if v is None or (isinstance(v, float) and np.isnan(v)) else str(v) for v in values]
-    return pd.DataFrame(out, index=frame.index)
+    absent = [f for f in (*numeric, *categorical) if f not in frame.columns]
+    if absent:
+        raise BadInput(f"feature column(s) {absent} missing from the input (its columns: "
+                        f"{[str(c) for c in frame.columns][:20]}); send every feature, null where a value is missing")
+    out = {name: pd.Series(_parsed(frame[name], parse_number, name, na), dtype=np.float64) for name in numeric}
+    out.update({name: pd.Series(_parsed(frame[name], parse_category, name, na), dtype=object) for name in categorical})
+    return pd.DataFrame(out, index=range(len(frame)))
+
+
+def _parsed(column: pd.Series, parse, name: str, na: frozenset) -> list:
+    """``parse(value, name, na)`` of every value of a column, each distinct value once."""
+    from driftmatrix.data.jsonl import Drop
+    from driftmatrix.data.sources.tabular import parse_number
+
+    if parse is parse_number and column.dtype.kind in "iufb":  # what parse_number does, at once
+        x = column.to_numpy(dtype=np.float64, na_value=np.nan)
+        if np.isinf(x).any():
+            raise BadInput(f"row {int(np.flatnonzero(np.isinf(x))[0])}: field {name!r}: not a finite number")
+        return list(x)
+    done: dict = {}
+    out = []
+    for row, v in enumerate(column.tolist()):
+        v = None if _missing(v) else v.item() if isinstance(v, np.generic) else v
+        try:
+            if v not in done:
+                done[v] = parse(v, name, na)
+        except Drop as exc:
+            raise BadInput(f"row {row}: {exc.describe()}") from None
+        except TypeError:  # unhashable: a list or a mapping
+            raise BadInput(f"column {name!r} row {row}: a {type(v).__name__} is not a feature value") from None
+        out.append(done[v])
+    return out
 
 
 # --- packaging ------------------------------------------------------------------------------------
@@ -273,26 +372,31 @@ def serving_config(params, exp, image_shape: Sequence[int] | None) -> dict[str, 
                              "token_encoder": embed.token_encoder, "shard_size": embed.shard_size,
                              "device": "cpu", "progress": False},
                       features=cache.encoder_identity(spec.inputs, spec.encoder, embed))
-    if spec.inputs == "table":
+    if modality == "table":  # every model of a feature table takes its raw feature columns, Prior too
         config.update(numeric=[str(f) for f in meta.numeric], categorical=[str(f) for f in meta.categorical])
+        na = dict(params.dataset.options or {}).get("na_values")
+        if na is not None:
+            config["na_values"] = [str(v) for v in na]
     return config
 
 
 def signature(config: Mapping[str, Any]):
-    """Inputs: a uint8 tensor (-1, H, W, 3) for image datasets, one string column for text ones,
-    the feature columns for tabular models (numeric as double, categorical as string, each
-    optional: missing values allowed); outputs: one double column per class (or ``prediction``)."""
+    """Inputs: a uint8 tensor (-1, H, W, 3) for image datasets; for a feature table its raw feature
+    columns, each required and of any type (MLflow would refuse integers for a double and the
+    float pandas makes of an integer category with blanks; :func:`as_frame` reads them as ingestion
+    does); for text one column of any type (a NaN is empty text, :func:`as_texts`). Outputs: one
+    double column per class (or ``prediction``)."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, DataType, Schema, TensorSpec
+    from mlflow.types.schema import AnyType
 
     if config["modality"] == "image":
         h, w, c = config["image_shape"] or (-1, -1, 3)
         inputs = Schema([TensorSpec(np.dtype(np.uint8), (-1, h, w, c))])
-    elif config.get("inputs") == "table":
-        inputs = Schema([ColSpec(DataType.double, f, required=False) for f in config["numeric"]]
-                        + [ColSpec(DataType.string, f, required=False) for f in config["categorical"]])
+    elif config["modality"] == "table":
+        inputs = Schema([ColSpec(AnyType(), f) for f in (*config["numeric"], *config["categorical"])])
     else:
-        inputs = Schema([ColSpec(DataType.string)])
+        inputs = Schema([ColSpec(AnyType())])
     return ModelSignature(inputs=inputs, outputs=Schema([ColSpec(DataType.double, c) for c in config["columns"]]))
 
 
@@ -303,14 +407,15 @@ def input_example(config: Mapping[str, Any], slices_dir: str | Path | None):
     rows = images = None
     if slices_dir is not None and (Path(slices_dir) / "rows.parquet").exists():
         rows, _, images = load_slices(slices_dir)
-    if config.get("inputs") == "table":
+    if config["modality"] == "table":
         from driftmatrix.data.table import feature_column
 
         names = [*config["numeric"], *config["categorical"]]
         if rows is not None and len(rows) and all(feature_column(f) in rows.columns for f in names):
-            head = rows[[feature_column(f) for f in names]].head(3).set_axis(names, axis=1)  # no internal column
-            return as_frame(head, config["numeric"], config["categorical"]).reset_index(drop=True)
-        return as_frame(pd.DataFrame(index=range(1)), config["numeric"], config["categorical"])
+            head = rows[[feature_column(f) for f in names]].head(3).set_axis(names, axis=1)
+        else:
+            head = pd.DataFrame({f: [None] for f in names})
+        return as_frame(head, config["numeric"], config["categorical"], config.get("na_values"))
     if config["modality"] == "image":
         if images is not None and len(images):
             return np.ascontiguousarray(images[:1])
@@ -471,20 +576,22 @@ class NotAModel(ValueError):
     """A folder that is not a driftmatrix pyfunc model (refused before MLflow runs any of it)."""
 
 
-def verify(folder: str | Path) -> dict[str, Any]:
-    """Refuse (``NotAModel``) a downloaded model folder unless it is what :class:`ModelFolders`
-    writes: only the pyfunc flavour, MLflow's models-from-code loader, this package's own code file
-    (byte for byte), no pickled Python model, no extra code paths, its artifacts inside the folder.
-    Returns the flavour's config."""
+def verify(folder: str | Path, name: str | None = None) -> dict[str, Any]:
+    """Refuse (``NotAModel``, naming the version ``name`` or the folder) a downloaded model folder
+    unless it is what :class:`ModelFolders` writes: only the pyfunc flavour, MLflow's
+    models-from-code loader, this package's own code file (byte for byte), no pickled Python model,
+    no extra code paths, its artifacts inside the folder, a ``model.json`` of the model it claims
+    to be that asks for nothing this project does not trust. Returns the flavour's config."""
     import yaml
 
     folder = Path(folder)
+    label = name or str(folder)
     try:
         doc = yaml.safe_load((folder / "MLmodel").read_text())
         flavors = doc["flavors"]
         flavor = flavors["python_function"]
     except (OSError, KeyError, TypeError, yaml.YAMLError) as exc:
-        raise NotAModel(f"{folder}: no readable MLmodel with a python_function flavour ({exc!r}), refused before "
+        raise NotAModel(f"{label}: no readable MLmodel with a python_function flavour ({exc!r}), refused before "
                         f"loading") from None
     problems = []
     if set(flavors) != {"python_function"}:
@@ -500,9 +607,34 @@ def verify(folder: str | Path) -> dict[str, Any]:
         path = (folder / str(art.get("path", ""))).resolve()
         if not path.is_file() or folder.resolve() not in path.parents:
             problems.append(f"artifact {name} outside the model")
+    config = dict(flavor.get("config") or {})
+    problems += _description_problems(folder / "artifacts" / DESCRIPTION, config)
     if problems:
-        raise NotAModel(f"{folder}: not a driftmatrix model, refused before loading: " + "; ".join(problems))
-    return dict(flavor.get("config") or {})
+        raise NotAModel(f"{label}: not a driftmatrix model, refused before loading: " + "; ".join(problems))
+    return config
+
+
+def _description_problems(path: Path, config: Mapping[str, Any]) -> list[str]:
+    """What is wrong with a version's ``model.json`` for the loader: another model than its
+    MLmodel says, an unknown format, or a tabular unit asking to trust what this project does not."""
+    try:
+        desc = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        return [f"no readable {DESCRIPTION} ({type(exc).__name__})"]
+    if desc.get("model") != config.get("model"):
+        return [f"{DESCRIPTION} describes {desc.get('model')!r}, MLmodel {config.get('model')!r}"]
+    if desc.get("format") == "driftmatrix-tabular-1":
+        from driftmatrix.models.tabular import UntrustedModel, loading_trust
+
+        if (desc.get("info") or {}).get("kind") == "Custom":
+            project_params(desc.get("model"))
+        try:
+            loading_trust(str(desc["model"]), desc.get("info") or {})
+        except UntrustedModel as exc:
+            return [str(exc)]
+    elif desc.get("format") != "driftmatrix-safetensors-1":
+        return [f"{DESCRIPTION} format {desc.get('format')!r}"]
+    return []
 
 
 def _digest(path: Path) -> str:
@@ -516,7 +648,12 @@ def load(uri: str, model_config: Mapping[str, Any] | None = None):
     the torch module (a tabular model: ``models.tabular.TabularModel``)."""
     import mlflow
 
+    from driftmatrix.models.tabular import UntrustedModel
+
     with tempfile.TemporaryDirectory(prefix="driftmatrix-load-") as tmp:
         local = Path(uri) if Path(uri).is_dir() else Path(mlflow.artifacts.download_artifacts(uri, dst_path=tmp))
-        verify(local)
-        return mlflow.pyfunc.load_model(str(local), model_config=dict(model_config or {}) or None)
+        verify(local, uri)
+        try:
+            return mlflow.pyfunc.load_model(str(local), model_config=dict(model_config or {}) or None)
+        except UntrustedModel as exc:  # its skops bytes would build a type this project does not trust
+            raise UntrustedModel(f"{uri}: {exc}") from None

@@ -115,3 +115,29 @@ def test_bad_feature_options_are_one_line_errors(tmp_path, features, match):
 def test_input_is_optional_only_with_features(tmp_path):
     with pytest.raises(DataError, match="option 'input' is required"):
         read_table(_csv(tmp_path), timestamp="year", label="y", task="binary", progress=False)
+
+
+def test_categories_are_canonical_however_the_file_typed_them(tmp_path):
+    """The text a CSV holds and the values pandas or JSON give are one category each (what serving
+    reads raw rows with): whole numbers as numbers, booleans as 0 / 1, spaces stripped."""
+    text = "year,y,c\n2001,0,02134\n2001,1,2134.0\n2002,0, True\n2002,1,false\n2003,0,3.10\n2003,1,3.1\n"
+    res = read_table(_csv(tmp_path, text), timestamp="year", label="y", task="binary", progress=False,
+                     features={"categorical": ["c"]})
+    assert res.table[feature_column("c")].tolist() == ["2134", "2134", "1", "0", "3.10", "3.1"]
+    from driftmatrix.data.sources.tabular import parse_category
+
+    assert [parse_category(v, "c") for v in (2134.0, 2134, True, False, " x ", float("nan"))] == \
+        ["2134", "2134", "1", "0", "x", None]
+
+
+def test_read_inputs_reads_a_new_period_without_labels_as_ingestion_reads_it(tmp_path):
+    from driftmatrix.data.sources.tabular import read_inputs
+
+    path = _csv(tmp_path, "id,year,age,city\na,2007,31, paris\nb,2007,abc,rome\nc,2007,,02\n")
+    frame, report = read_inputs(path, ["age"], ["city"], timestamp="year", label="y", id="id", progress=False)
+    assert frame["age"].tolist()[0] == 31.0 and math.isnan(frame["age"].tolist()[1])
+    assert frame["city"].tolist() == ["paris", "2"] and dict(report.dropped) == {"wrong type": 1}
+    texts, _ = read_inputs(_csv(tmp_path, "year,body\n2007,  a review \n", "t2.csv"), input="body")
+    assert texts["text"].tolist() == ["a review"]
+    with pytest.raises(DataError, match="'city'"):
+        read_inputs(_csv(tmp_path, "year,age\n2007,1\n", "t3.csv"), ["age"], ["city"])

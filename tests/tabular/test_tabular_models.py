@@ -74,7 +74,7 @@ def test_unseen_categories_are_handled_and_counted(sliced):
         fitted = exp.train_unit(exp.plan.unit(0, 0))[0]
         frame = pd.DataFrame({**{f: [1.0, np.nan] for f in exp.meta.numeric},
                               **{c: ["never-seen", None] for c in exp.meta.categorical}})
-        out = fitted.predict_frame(frame)
+        out = predict(fitted, TableInputs.from_frame(frame, exp.meta.numeric, exp.meta.categorical))
         assert out.shape == (2, 2) and np.isfinite(out).all()
         assert fitted.unseen == len(exp.meta.categorical)  # one unseen value per column; None is missing
 

@@ -100,9 +100,10 @@ def test_registered_tabular_versions_are_pyfunc_models_predicting_the_pipelines_
         np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-9)
         sig = pyfunc.metadata.signature.inputs.to_dict()
         assert [c["name"] for c in sig] == list(meta.features)
-        assert {c["name"]: c["type"] for c in sig} == {**{f: "double" for f in meta.numeric},
-                                                       **{f: "string" for f in meta.categorical}}
-        assert not any(c["required"] for c in sig)
+        # every feature required (a missing column is an error, never a column of missing values), of any
+        # type (integers where floats are declared, a category as float, bool or text: serving.as_frame)
+        assert {c["name"]: c["type"] for c in sig} == {f: "any" for f in meta.features}
+        assert all(c["required"] for c in sig)
         assert pyfunc.metadata.saved_input_example_info is not None
         odd = frame.head(2).copy()  # an unseen category and missing values in every kind of column
         odd.loc[0, meta.categorical[0]] = "never-seen"

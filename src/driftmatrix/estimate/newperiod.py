@@ -2,14 +2,16 @@
 labels arrive, and whether to retrain.
 
 The new period's inputs are read in the dataset's format with any labels ignored (a Yearbook
-folder, with or without its ``F/``/``M/`` class folders, or a ``.npy`` of uint8 images);
-every unit of the current plan is loaded from its checkpoint (or from the MLflow registry) and
-run on them once; each method then estimates its score from the matrix and the unit's held-out
+folder, with or without its ``F/``/``M/`` class folders, or a ``.npy`` of uint8 images; a feature
+or text table with the dataset's reader options); every unit of the current plan is loaded from
+its checkpoint (or from the MLflow registry) and run on them once, as its registered model serves
+them (``serving.model_inputs`` / ``serving.forward``: the evaluate stage's precision and layout);
+each method then estimates its score from the matrix and the unit's held-out
 statistics (``driftmatrix.estimate.backtest.estimate_from_history``: everything up to the last
 period is known now) twice: from the unit's held-out rows and M[i, i] (as the backtest does at
 cutoff i), and from its labelled latest period and M[i, last] (``<method>@prev``, as the backtest
-does one period ahead); ``IW-inputs`` weights each unit's held-out rows towards the new images by
-a domain classifier on the same reduced pixels as the backtest (``driftmatrix.estimate.domain``).
+does one period ahead); ``IW-inputs`` weights each unit's held-out rows towards the new rows by
+a domain classifier on the same input features as the backtest (``driftmatrix.estimate.domain``).
 Per model it trusts the method with the lowest backtest MAE of either
 (``outputs/estimates/backtest.json``), or one that reads no confidences when the period's labels
 seem to have moved (black-box shift estimate above ``estimate.label_shift``), and flags
@@ -39,21 +41,48 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 def read_images(path: str | Path, size: int) -> tuple[np.ndarray, list[str]]:
     """(uint8 (N, size, size, 3), file names) of every image under ``path`` (a folder, searched
-    recursively, or an ``.npy``); class folders and file-name years are ignored."""
-    from driftmatrix.data.sources.yearbook import decode
+    recursively, or an ``.npy``), decoded as ingestion decodes them (``serving.read_images``);
+    class folders and file-name years are ignored."""
+    from driftmatrix.serving import read_images as decode_files
 
     path = Path(path)
     if path.is_file() and path.suffix == ".npy":
         arr = np.load(path, allow_pickle=False)
-        if arr.ndim != 4 or arr.shape[-1] != 3 or arr.dtype != np.uint8:
-            raise DataError(f"{path}: expected uint8 images (N, H, W, 3), got {arr.dtype} {arr.shape}")
+        if arr.ndim != 4 or arr.shape[1:] != (size, size, 3) or arr.dtype != np.uint8:
+            raise DataError(f"{path}: expected uint8 images (N, {size}, {size}, 3) as the slices hold, got {arr.dtype} "
+                            f"{arr.shape}")
         return arr, [f"{path.name}[{k}]" for k in range(len(arr))]
     if not path.is_dir():
         raise DataError(f"{path}: no such folder (or .npy of images)")
     files = sorted(p for p in path.rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES and p.is_file())
     if not files:
         raise DataError(f"{path}: no images ({', '.join(IMAGE_SUFFIXES)}) found")
-    return np.stack([decode(f.read_bytes(), size) for f in files]), [str(f.relative_to(path)) for f in files]
+    return decode_files(files, (size, size)), [str(f.relative_to(path)) for f in files]
+
+
+def read_period(params: Params, data: str | Path, slices_dir: str | Path, meta) -> tuple[Any, np.ndarray | None]:
+    """(raw inputs, their input features for ``IW-inputs`` or None) of the new period at ``data``,
+    read as ingestion reads the dataset, labels ignored: images, or a table's feature columns (a
+    frame) or documents (a list) by ``data.sources.tabular.read_inputs`` with the dataset's options
+    (another text source: a table or JSON lines with its ``input_fields``, default ``text``)."""
+    from driftmatrix.data.sources.tabular import read_inputs
+    from driftmatrix.estimate.domain import image_features, table_features
+
+    if meta.input_kind == "image":
+        images_path = Path(slices_dir) / "images.npy"
+        if not images_path.exists():
+            raise DataError(f"{slices_dir}: no images.npy, but the dataset holds images (run `driftmatrix slice`)")
+        images, _ = read_images(data, int(np.load(images_path, mmap_mode="r", allow_pickle=False).shape[1]))
+        return images, image_features(images)
+    ds = params.dataset
+    options = dict(ds.options) if ds.source == "table" else {"input": ds.options.get("input_fields") or "text"}
+    frame, report = read_inputs(data, meta.numeric, meta.categorical, **{**options, "progress": False})
+    log.info("estimate: %s: %s", data, report.summary())
+    if not len(frame):
+        raise DataError(f"{data}: no record kept ({report.summary()})")
+    if meta.input_kind == "text":
+        return frame["text"].tolist(), None
+    return frame, table_features(frame[list(meta.numeric)].to_numpy(np.float64)) if meta.numeric else None
 
 
 @dataclass(frozen=True)
@@ -104,30 +133,21 @@ def choose(summary: Mapping[str, Any] | None, shifted: bool) -> Choice:
     return Choice(m, why)
 
 
-def unit_outputs(params: Params, model: str, ms: ModelScores, images: np.ndarray, checkpoints_dir: str | Path,
-                 manifest: Mapping[str, Any], source: str = "checkpoints",
-                 scores_dir: str | Path = "outputs/scores") -> dict[tuple[int, int], np.ndarray]:
-    """(seed, cutoff index) -> the unit's outputs on the new rows. With ``source="registry"`` no
+def unit_outputs(params: Params, model: str, ms: ModelScores, raw, checkpoints_dir: str | Path, slices_dir: str | Path,
+                 source: str = "checkpoints", scores_dir: str | Path = "outputs/scores") -> dict[tuple[int, int], np.ndarray]:
+    """(seed, cutoff index) -> the unit's outputs on the new rows ``raw`` (:func:`read_period`), made
+    as the served model and the evaluate stage make them: ``serving.model_inputs`` and
+    ``serving.forward`` in the recorded precision and memory layout. With ``source="registry"`` no
     checkpoint is read: the train stage's environment (the plan's keys, the threads) comes from its
     copy beside the scores, so the registry and the scores are all it needs; each unit is the
     version of its unit key and of the weights its scores came from (``tracking.registered_version``)."""
-    import torch
-
-    from driftmatrix.checkpoints import CheckpointStore, load_model_folder
+    from driftmatrix import serving
+    from driftmatrix.checkpoints import CheckpointStore
     from driftmatrix.evaluation import ScoreStore
-    from driftmatrix.features.inputs import PixelInputs, RowCountInputs
-    from driftmatrix.models.registry import get
+    from driftmatrix.executor import torch_threads
     from driftmatrix.provenance import Environment
-    from driftmatrix.training import effective_config, model_plan, predict
+    from driftmatrix.training import ExperimentInfo
 
-    spec = get(model)
-    if spec.inputs == "pixels":
-        inputs = PixelInputs(images)
-        inputs.channels_last = spec.family != "MLP"
-    elif spec.inputs == "none":
-        inputs = RowCountInputs(len(images))
-    else:
-        raise DataError(f"{model} reads {spec.inputs} inputs: `estimate --data` runs pixel models (and Prior) only")
     store = CheckpointStore(checkpoints_dir, model)
     recorded = (ScoreStore(scores_dir, model) if source == "registry" else store).environment()
     if recorded is None:
@@ -135,30 +155,44 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, images: np.ndarray
                         if source == "registry" else
                         f"{Path(checkpoints_dir) / model}: no checkpoints (run `driftmatrix train -m {model}`)")
     env = Environment.from_dict(recorded)
-    plan = model_plan(params, model, manifest, env)
-    torch.set_num_threads(max(1, env.threads or 1))
+    exp = ExperimentInfo(params, model, slices_dir, env)
+    shape = np.shape(raw)[1:] if exp.meta.input_kind == "image" else None  # the slices' images, read at their size
+    config = {**serving.serving_config(params, exp, shape), "device": env.device}
     out = {}
-    for unit in plan.units:
-        if source == "registry":
-            from driftmatrix.tracking import configure, load_registered
-
-            configure(params.tracking)
-            try:
-                net = load_registered(unit, ScoreStore(scores_dir, model).read(unit.key).get("weights_digest"))
-            except LookupError as exc:  # no version of this unit and weights: the registry's own line says why
-                raise DataError(f"{exc}; without --registry the checkpoints are read") from None
-            except Exception as exc:  # noqa: BLE001 - any registry failure: one line, and the way out
-                raise DataError(f"{model} seed {unit.seed} cutoff {unit.cutoff}: the MLflow registry did not give "
-                                f"a model ({type(exc).__name__}: {str(exc)[:200]}); without --registry the "
-                                f"checkpoints are read") from None
-        else:
-            if not store.done(unit.key):
-                log.warning("%s seed %d cutoff %s: no checkpoint; skipped", model, unit.seed, unit.cutoff)
-                continue
-            net = load_model_folder(store.folder(unit.key))
-        out[ms.seeds.index(unit.seed), unit.cutoff_index] = predict(
-            net, inputs, batch_size=effective_config(params, model).eval_batch_size)
+    with torch_threads(max(1, env.threads or 1)):
+        inputs = serving.model_inputs(config, raw, serving.load_encoder(config, env.device), env.device)
+        for unit in exp.plan.units:
+            net = unit_network(params, unit, store, config, env.device, source, scores_dir)
+            if net is not None:
+                out[ms.seeds.index(unit.seed), unit.cutoff_index] = serving.forward(net, inputs, config)
     return out
+
+
+def unit_network(params: Params, unit, store, config: Mapping[str, Any], device: str, source: str,
+                 scores_dir: str | Path = "outputs/scores"):
+    """A unit's network, laid out as the evaluate stage scores it, from the MLflow registry or its
+    checkpoint (None, with a warning, when it has none)."""
+    from driftmatrix import serving
+
+    if source == "registry":
+        from driftmatrix.tracking import configure, load_registered
+
+        configure(params.tracking)
+        from driftmatrix.evaluation import ScoreStore
+
+        try:
+            net = load_registered(unit, ScoreStore(scores_dir, unit.model).read(unit.key).get("weights_digest"))
+            return net.to(device)
+        except LookupError as exc:  # no version of this unit and weights: the registry's own line says why
+            raise DataError(f"{exc}; without --registry the checkpoints are read") from None
+        except Exception as exc:  # noqa: BLE001 - any registry failure: one line, and the way out
+            raise DataError(f"{unit.model} seed {unit.seed} cutoff {unit.cutoff}: the MLflow registry did not give "
+                            f"a model ({type(exc).__name__}: {str(exc)[:200]}); without --registry the "
+                            f"checkpoints are read") from None
+    if not store.done(unit.key):
+        log.warning("%s seed %d cutoff %s: no checkpoint; skipped", unit.model, unit.seed, unit.cutoff)
+        return None
+    return serving.load_network(store.folder(unit.key), config, device)
 
 
 def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray], task: str, ahead: int,
@@ -224,22 +258,18 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
     """Estimate every configured model's cutoff units (or only the latest cutoff) on the new
     period at ``data``, ``ahead`` periods after the last slice; writes ``out`` (JSON and CSV)."""
     from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.estimate.domain import WeightCache, image_features, read_slice_inputs
+    from driftmatrix.estimate.domain import WeightCache, read_slice_inputs
     from driftmatrix.estimate.stage import load_model, read_manifest
 
     cfg = estimate_config(params)
     manifest = read_manifest(slices_dir)
     meta = DatasetMeta.from_dict(manifest["dataset"])
-    images_path = Path(slices_dir) / "images.npy"
-    if not images_path.exists():
-        raise DataError(f"{slices_dir}: no images.npy: `estimate --data` reads image datasets")
-    size = int(np.load(images_path, mmap_mode="r", allow_pickle=False).shape[1])
-    images, _ = read_images(data, size)
-    log.info("estimate: %d rows from %s", len(images), data)
+    raw, features = read_period(params, data, slices_dir, meta)
+    log.info("estimate: %d rows from %s", len(raw), data)
     backtest_path = Path(estimates_dir) / "backtest.json"
     backtests = json.loads(backtest_path.read_text()) if backtest_path.exists() else {}
-    inputs, target_x, cache = ((read_slice_inputs(slices_dir), image_features(images), WeightCache())
-                               if cfg.iw_inputs else (None, None, None))
+    inputs, target_x, cache = ((read_slice_inputs(slices_dir), features, WeightCache())
+                               if cfg.iw_inputs and features is not None else (None, None, None))
     records = []
     for model in params.models:
         ms = load_model(params, model, manifest, scores_dir)
@@ -247,7 +277,7 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
             log.warning("estimate: %s has no scores; skipped", model)
             continue
         try:
-            outputs = unit_outputs(params, model, ms, images, checkpoints_dir, manifest, source, scores_dir)
+            outputs = unit_outputs(params, model, ms, raw, checkpoints_dir, slices_dir, source, scores_dir)
         except DataError as exc:
             log.warning("estimate: %s", exc)
             continue
@@ -257,7 +287,7 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
     if not records:
         raise DataError(f"no model of {list(params.models)} could be estimated on {data} (see the warnings above)")
     if out is not None:
-        write(records, Path(out), {"data": str(data), "rows": int(len(images)), "alert_drop": cfg.alert_drop,
+        write(records, Path(out), {"data": str(data), "rows": int(len(raw)), "alert_drop": cfg.alert_drop,
                                    "label_shift": cfg.label_shift, "ahead": ahead})
     return records
 

@@ -111,6 +111,26 @@ def load(blob: torch.Tensor, trusted: Sequence[str]) -> Any:
     return sio.loads(data, trusted=list(trusted))
 
 
+def loading_trust(model: str, info: Mapping[str, Any]) -> list[str]:
+    """The types a stored unit of ``model`` may have skops build, as the loading project decides:
+    :data:`TRUSTED`, and for an estimator this project's params.yaml names (``models.custom``) its
+    class and its ``trusted:`` list. The unit's ``model.json`` decides nothing: one that names
+    another estimator, or asks to trust more, is refused (UntrustedModel)."""
+    from driftmatrix.models import custom
+
+    asked = dict(info.get("options") or {})
+    ours = dict(custom.ESTIMATORS.get(model) or {}) if info.get("kind") == "Custom" else {}
+    allowed = [*TRUSTED, *([ours["estimator"]] if ours.get("estimator") else []), *ours.get("trusted", [])]
+    if asked.get("estimator") != ours.get("estimator"):
+        raise UntrustedModel(f"{model}: model.json names estimator {asked.get('estimator')!r}, this project's "
+                             f"params.yaml {ours.get('estimator')!r}; refused")
+    extra = sorted({str(t) for t in asked.get("trusted") or []} - set(allowed))
+    if extra:
+        raise UntrustedModel(f"{model}: model.json asks to trust {extra}, beyond what this project trusts for it "
+                             f"({allowed[len(TRUSTED):] or 'the built-in list only'}); refused")
+    return allowed
+
+
 def bytes_tensor(data: bytes) -> torch.Tensor:
     return torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.zeros(0, dtype=torch.uint8)
 
@@ -401,12 +421,6 @@ class TabularModel:
         probs = np.full((len(x), self.num_outputs), 0.0)
         probs[:, np.asarray(self.estimator.classes_, dtype=np.int64)] = self.estimator.predict_proba(x)
         return np.log(np.clip(probs, PROB_FLOOR, 1.0)).astype(np.float32)
-
-    def predict_frame(self, frame) -> np.ndarray:
-        """Logits of a DataFrame whose columns are the features by name (for models loaded from the
-        registry); categories as text, missing values as None / NaN."""
-        inputs = TableInputs.from_frame(frame, self.info.get("numeric", ()), self.info.get("categorical", ()))
-        return self.predict_arrays(inputs.num.numpy(), inputs.cat.numpy())
 
     # storing
     def state_dict(self) -> dict[str, torch.Tensor]:

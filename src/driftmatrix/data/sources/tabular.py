@@ -181,9 +181,15 @@ def parse_row(raw: dict[str, Any], spec: Spec) -> Row:
     check_scope(t, spec.start, spec.stop, spec.time_col)
     label = parse_label(raw, spec)
     text = join_inputs(raw, spec.inputs, normalise=False) if spec.inputs else None
-    feats = tuple(parse_number(raw.get(c), c, na) for c in spec.numeric) + \
-        tuple(parse_category(raw.get(c), c, na) for c in spec.categorical)
-    return Row(rid, t, period_label(t, spec.period), label, text, feats)
+    return Row(rid, t, period_label(t, spec.period), label, text,
+               parse_features(raw, spec.numeric, spec.categorical, na))
+
+
+def parse_features(raw: Mapping[str, Any], numeric: Sequence[str], categorical: Sequence[str],
+                   na: frozenset = frozenset(NA_VALUES)) -> tuple:
+    """A record's feature values: numbers (:func:`parse_number`), then categories (:func:`parse_category`)."""
+    return tuple(parse_number(raw.get(c), c, na) for c in numeric) + \
+        tuple(parse_category(raw.get(c), c, na) for c in categorical)
 
 
 def parse_number(v: Any, col: str, na: frozenset = frozenset(NA_VALUES)) -> float:
@@ -211,10 +217,23 @@ def parse_number(v: Any, col: str, na: frozenset = frozenset(NA_VALUES)) -> floa
 
 
 def parse_category(v: Any, col: str, na: frozenset = frozenset(NA_VALUES)) -> str | None:
-    """A categorical feature value as its canonical text (1, 1.0 and "1" are one category); None
-    when missing (or a marker in ``na``); Drop(wrong type) for a list, an object or bytes."""
+    """A categorical feature value as its canonical text, however a file or pandas typed it: text
+    that names a whole number is that number, and a boolean is 0 / 1 (1, 1.0, "1.0", "01" and True
+    are one category, "1"; "true" / "false" in any case are "1" / "0"); surrounding spaces are
+    stripped; None when missing (or a marker in ``na``); Drop(wrong type) for a list, an object or bytes."""
     if _blank(v, na):
         return None
+    if isinstance(v, str):
+        text = v.strip()
+        if text.lower() in ("true", "false"):
+            return str(int(text.lower() == "true"))
+        try:
+            x = float(text)
+        except ValueError:
+            return text
+        if "_" in text or not (math.isfinite(x) and x.is_integer()):
+            return text
+        return str(int(text)) if text.lstrip("+-").isdigit() else str(int(x))
     return label_key(v, col)
 
 
@@ -601,3 +620,31 @@ def pd_object(values: list) -> Any:
     import pandas as pd
 
     return pd.Series(values, dtype=object).to_numpy()
+
+
+def read_inputs(path: str | Path, numeric: Sequence[str] = (), categorical: Sequence[str] = (),
+                **options: Any) -> tuple[Any, IngestReport]:
+    """(frame, report): the inputs of a table whose labels have not arrived (``driftmatrix estimate
+    --data``), read with the dataset's options as :func:`read_table` reads them: the feature columns
+    by name (a feature table), else one ``text`` column (the ``input`` columns joined). Labels,
+    times and the date scope are not read; a record with a value ingestion drops is dropped and
+    counted."""
+    import pandas as pd
+
+    opts = take_options("table", options, DEFAULTS)
+    features, inputs = [*numeric, *categorical], tuple(as_list(opts["input"]))
+    if not features and not inputs:
+        raise DataError("table reader: no input or feature column to read")
+    root, report, kept = Path(path), IngestReport(), []
+    na = frozenset(str(v) for v in opts["na_values"])
+    parse = (lambda raw: parse_features(raw, numeric, categorical, na)) if features else \
+        (lambda raw: (join_inputs(raw, inputs, normalise=False),))
+    for file, kind in _files(root, opts["format"]):
+        header = _file_columns(file, kind, str(opts["delimiter"]))
+        absent = [c for c in features or inputs if header is not None and c not in header]
+        if absent:
+            raise DataError(f"{file}: column {absent[0]!r} of the dataset is not in the file")
+        records = _records(file, kind, rel_label(file, root), report, opts, features or list(inputs))
+        kept += [values for _, values in parse_records(records, parse, report)]
+    report.kept = len(kept)
+    return pd.DataFrame(kept, columns=features or ["text"]), report
