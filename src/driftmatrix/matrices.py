@@ -20,7 +20,7 @@ import numpy as np
 from driftmatrix.analysis import matrixfile
 from driftmatrix.analysis.matrixfile import DriftMatrices
 from driftmatrix.analysis.tables import Cohort
-from driftmatrix.config import Params
+from driftmatrix.config import Params, evaluation_metric
 from driftmatrix.units import ModelPlan
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ def read_model(params: Params, model: str, manifest: Mapping[str, Any],
     current = {u.key for u in plan.units}
     docs = {k: store.read(k) for k in current}
     stale = len(set(store.keys()) - current)
-    metric = metric_for(DatasetMeta.from_dict(manifest["dataset"]).task)
+    metric = metric_for(DatasetMeta.from_dict(manifest["dataset"]).task, evaluation_metric(params))
     m = assemble(plan, slice_hashes(manifest), docs, metric, params.dataset.name, env.precision)
     m.extra["stale"] = stale
     if m.extra["missing_cells"]:

@@ -23,7 +23,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from driftmatrix.config import Params, estimate_config
+from driftmatrix.config import Params, estimate_config, evaluation_metric
 from driftmatrix.estimate import backtest
 from driftmatrix.estimate.backtest import Backtest, ModelScores
 from driftmatrix.estimate.cells import from_doc
@@ -64,7 +64,7 @@ def load_model(params: Params, model: str, manifest: Mapping[str, Any], scores_d
             stats[s][i][cell.j] = from_doc((cells.get(cell.key) or {}).get("stats"))
     if np.isnan(values).all():
         return None
-    metric = metric_for(DatasetMeta.from_dict(manifest["dataset"]).task)
+    metric = metric_for(DatasetMeta.from_dict(manifest["dataset"]).task, evaluation_metric(params))
     return ModelScores(model, list(plan.labels), list(plan.seeds), values, n_eval, stats,
                        [plan.unit(plan.seeds[0], i).window for i in range(K)], metric.higher_is_better,
                        metric.key, plan.units[0].family)
