@@ -12,7 +12,8 @@ Matrix convention (same as model drift matrices): ``M[i, j]`` compares slice ``i
 - Covariate shift, vectors (downsampled pixels, cached features): squared MMD (biased
   V-statistic) with an RBF kernel ``exp(-d^2 / (2 sigma^2))``, ``sigma`` = median pairwise
   Euclidean distance of a pooled subsample of all slices (median heuristic, one bandwidth for the
-  whole matrix so cells are comparable), and a permutation p-value ``(1 + #{perm >= obs}) / (1 + P)``.
+  whole matrix so cells are comparable), and a permutation p-value ``(1 + #{perm >= obs}) / (1 + P)``;
+  between each cutoff's pooled training window and every later slice (:func:`window_mmd`).
 """
 
 from __future__ import annotations
@@ -172,6 +173,27 @@ def mmd_matrix(samples: Sequence[np.ndarray], max_n: int = 300, permutations: in
                 mmd[i, j], pval[i, j] = mmd2_test(subs[i], subs[j], sigma, permutations, rng)
                 mmd[j, i], pval[j, i] = mmd[i, j], pval[i, j]
     return mmd, pval, sigma
+
+
+def window_mmd(x: np.ndarray, slice_ids: np.ndarray, k: int, max_n: int = 300,
+               seed: int = 0) -> tuple[np.ndarray, float]:
+    """(K x K squared MMD between the pooled window of slices 0..r (row r) and slice t (column t),
+    r < t, NaN elsewhere; bandwidth). Each side is at most ``max_n`` rows drawn with ``seed`` (the
+    window's uniformly over its pooled rows); one median-heuristic bandwidth for the whole matrix."""
+    rng = np.random.default_rng(seed)
+    order = np.argsort(slice_ids, kind="stable")
+    x, ends = np.asarray(x)[order], np.searchsorted(np.asarray(slice_ids)[order], np.arange(k), side="right")
+    out = np.full((k, k), np.nan)
+    if not len(x):
+        return out, float("nan")
+    sigma = median_bandwidth(subsample(x, 1000, rng))
+    for t in range(1, k):
+        if ends[t] > ends[t - 1]:
+            target = subsample(x[ends[t - 1]:ends[t]], max_n, rng)
+            for r in range(t):
+                if ends[r]:
+                    out[r, t] = mmd2_test(subsample(x[:ends[r]], max_n, rng), target, sigma, 0, rng)[0]
+    return out, sigma
 
 
 # --- data drift vs model decay ----------------------------------------------------------------
