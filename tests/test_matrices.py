@@ -49,7 +49,8 @@ def write_scores(root, params, manifest, model, seed_diag, step, hole=None):
         for cell in plan.cells(unit, hashes):
             value = None if hole == (unit.seed, unit.cutoff_index, cell.j) else float(M[unit.cutoff_index, cell.j])
             cells[cell.key] = {"value": value, "n_eval": 10 + cell.j, "left_out": []}
-        store.write(unit.key, {"unit": {"key": unit.key}, "cells": cells})
+        store.write(unit.key, {"unit": {"key": unit.key}, "cells": cells,
+                               "seconds": 10.0 * unit.seed + unit.cutoff_index + 0.5})  # its training time
 
 
 @pytest.fixture
@@ -123,6 +124,9 @@ def test_stage_outputs_metrics_and_the_report_stage_draws_and_logs_them(setup, t
     assert back["seeds"] == [0, 1] and back["seed_values"][1][0][3] is None
     assert back["values"][0][0] == pytest.approx(91.0)
     assert back["window"] == "cumulative" and back["precision"] == "fp32" and back["stale"] == 0
+    # each (seed, cutoff)'s measured training seconds, from its score doc: a retraining policy's cost
+    assert back["seconds"] == [[0.5, 1.5, 2.5, 3.5], [10.5, 11.5, 12.5, 13.5]]
+    assert json.loads((out / "CNN-S.json").read_text())["seconds"] == [[0.5, 1.5, 2.5, 3.5], [None] * 4]
     assert (out / "MLP-S.csv").read_text().splitlines()[0] == "trained_up_to," + ",".join(SLICES)
     # the matrices stage draws nothing and tracks nothing
     assert not (tmp_path / "outputs" / "report").exists() and not (tmp_path / "mlflow.db").exists()

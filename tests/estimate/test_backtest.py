@@ -272,3 +272,21 @@ def test_the_label_shift_flag_is_calibrated_on_earlier_periods_and_does_not_cry_
     est, measured = np.array([0.3, 0.05, 0.4, 0.25]), np.array([0.0, 0.5, 0.3, 0.02])
     assert backtest.flag_threshold(est, measured, np.ones(4, bool), 0.1) == 0.3
     assert backtest.flag_threshold(est, measured, np.array([False, True, True, False]), 0.1) == 0.1
+
+
+def test_the_flag_is_calibrated_on_every_model_of_the_dataset():
+    """The models of one dataset share its labels: a shift BBSE reported for one of them where
+    the labels did not move raises the threshold for all of them from the next period on."""
+    K = 5
+    truth = np.where(np.triu(np.ones((K, K)), 1) > 0, 80.0, np.nan)[None]
+
+    def with_fake_shift_from(t):
+        est = np.where(np.arange(K) >= t, 0.4, 0.0) * np.ones((1, K, K))
+        return backtest.Backtest("m", truth, {}, {}, {}, truth * np.nan, np.zeros((1, K, K)), est, {})
+
+    a, b = with_fake_shift_from(2), with_fake_shift_from(3)
+    backtest.calibrate_flags([b], 0.1)
+    assert b.flagged[0, :3, 3].all() and b.flagged.sum() == 3  # alone, period 3 is the first it sees
+    backtest.calibrate_flags([a, b], 0.1)
+    assert a.flagged[0, :2, 2].all() and a.flagged.sum() == 2 and not b.flagged.any()
+    assert a.flag_taus == b.flag_taus == [0.1, 0.1, 0.1, 0.4, 0.4, 0.4]

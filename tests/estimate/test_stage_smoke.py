@@ -84,6 +84,19 @@ def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, 
     assert {"estimates/backtest.json", "estimates/backtest.csv", "estimates/MLP-S.json"} <= logged
 
 
+def test_score_docs_and_matrices_carry_each_units_training_seconds(finished):
+    """The evaluate stage copies each unit record's measured seconds into its score doc, and the
+    matrices stage lays them out per (seed, cutoff): the cost side of a retraining policy."""
+    from driftmatrix.checkpoints import CheckpointStore
+    from driftmatrix.evaluation import ScoreStore
+
+    params, paths, tmp = finished
+    store, ckpts = ScoreStore(paths.scores, "MLP-S"), CheckpointStore(paths.checkpoints, "MLP-S")
+    assert store.keys() and all(store.read(k)["seconds"] == ckpts.record(k)["seconds"] > 0 for k in store.keys())
+    doc = json.loads((paths.matrices / "MLP-S.json").read_text())
+    assert doc["seconds"] == [[ckpts.record(k)["seconds"] for k in row] for row in doc["unit_keys"]]
+
+
 def new_year_without_labels(params, tmp):
     """Year K+1 of the built-in data, its images in one folder: no class folders, no year in the names."""
     from driftmatrix.data import synthetic

@@ -177,9 +177,10 @@ def mmd_matrix(samples: Sequence[np.ndarray], max_n: int = 300, permutations: in
 
 def window_mmd(x: np.ndarray, slice_ids: np.ndarray, k: int, max_n: int = 300,
                seed: int = 0) -> tuple[np.ndarray, float]:
-    """(K x K squared MMD between the pooled window of slices 0..r (row r) and slice t (column t),
-    r < t, NaN elsewhere; bandwidth). Each side is at most ``max_n`` rows drawn with ``seed`` (the
-    window's uniformly over its pooled rows); one median-heuristic bandwidth for the whole matrix."""
+    """(K x K squared MMD, biased as :func:`mmd2_test`'s, between the pooled window of slices
+    0..r (row r) and slice t (column t), r < t, NaN elsewhere; bandwidth). Each window and slice
+    is drawn once, at most ``max_n`` rows with ``seed`` (a window's uniformly over its pooled
+    rows); one median-heuristic bandwidth for the whole matrix."""
     rng = np.random.default_rng(seed)
     order = np.argsort(slice_ids, kind="stable")
     x, ends = np.asarray(x)[order], np.searchsorted(np.asarray(slice_ids)[order], np.arange(k), side="right")
@@ -187,12 +188,14 @@ def window_mmd(x: np.ndarray, slice_ids: np.ndarray, k: int, max_n: int = 300,
     if not len(x):
         return out, float("nan")
     sigma = median_bandwidth(subsample(x, 1000, rng))
-    for t in range(1, k):
-        if ends[t] > ends[t - 1]:
-            target = subsample(x[ends[t - 1]:ends[t]], max_n, rng)
-            for r in range(t):
-                if ends[r]:
-                    out[r, t] = mmd2_test(subsample(x[:ends[r]], max_n, rng), target, sigma, 0, rng)[0]
+    kernel = lambda a, b: float(np.exp(-sq_distances(a, b) / (2.0 * sigma * sigma)).mean())  # noqa: E731
+    wins = [subsample(x[:ends[r]], max_n, rng) if ends[r] else None for r in range(k)]
+    periods = [subsample(x[ends[t - 1]:ends[t]], max_n, rng) if t and ends[t] > ends[t - 1] else None
+               for t in range(k)]
+    own = {id(a): kernel(a, a) for a in wins + periods if a is not None}
+    for r, t in zip(*np.triu_indices(k, 1)):
+        if wins[r] is not None and periods[t] is not None:
+            out[r, t] = max(own[id(wins[r])] + own[id(periods[t])] - 2.0 * kernel(wins[r], periods[t]), 0.0)
     return out, sigma
 
 

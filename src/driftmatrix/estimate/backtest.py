@@ -12,7 +12,7 @@ up to period j - 1, with the unit's labelled cell of period j - 1 as the referen
 The method a user trusts for period t is chosen causally (:func:`causal_choice`): the lowest MAE
 over the future cells of the periods before t. ``causal_mae`` is that choice's error; each
 method's own MAE over all cells is in hindsight, descriptive. BBSE's label-shift flag is
-calibrated the same way (:func:`flag_threshold`).
+calibrated the same way, on the labelled cells of earlier periods (:func:`calibrate_flags`).
 """
 
 from __future__ import annotations
@@ -170,7 +170,12 @@ class Backtest:
     summary: dict[str, Any] = field(default_factory=dict)
     causal: np.ndarray | None = None  # (S, K, K): each cell by the method chosen for its period
     chosen: list[str] = field(default_factory=list)  # per period t, that method (then: the next period's)
-    flagged: np.ndarray | None = None  # (S, K, K): BBSE's flag, its threshold calibrated on earlier periods
+    flag_taus: list[float] = field(default_factory=list)  # per period t = 0..K, BBSE's calibrated flag threshold
+
+    @property
+    def flagged(self) -> np.ndarray:
+        """(S, K, K): the future cells of each period t whose BBSE shift exceeds t's threshold."""
+        return future_cells(self.truth) & (self.estimated_shift > np.asarray(self.flag_taus[:-1]))
 
     def error(self, method: str) -> np.ndarray:
         return np.abs(self.estimates[method] - self.truth)
@@ -225,7 +230,7 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
                     shift[s, i, j] = total_variation(p, target.label_counts / max(target.n, 1))
     bt = Backtest(ms.model, ms.values, est, lo, hi, noise, shift, est_shift, low_ess)
     bt.chosen, bt.causal = causal_choice(est, ms.values)
-    bt.flagged = causal_flags(est_shift, shift, future_cells(ms.values), shift_threshold)
+    calibrate_flags([bt], shift_threshold)
     bt.summary = {**summarize(bt, ms, shift_threshold), "cap_slack": cap_slack, "reference": reference}
     return bt
 
@@ -264,14 +269,16 @@ def flag_threshold(estimated: np.ndarray, measured: np.ndarray, cells: np.ndarra
     return max(threshold, float(estimated[calm].max()) if calm.any() else threshold)
 
 
-def causal_flags(estimated: np.ndarray, measured: np.ndarray, future: np.ndarray, threshold: float) -> np.ndarray:
-    """(S, K, K) bool: each future cell of period t flagged at the threshold calibrated on periods < t."""
+def calibrate_flags(bts: Sequence[Backtest], threshold: float) -> None:
+    """Set each backtest's ``flag_taus``: for period t, :func:`flag_threshold` over the future
+    cells of periods < t of all of ``bts`` (the models of one dataset and reference: their labels
+    are the same, and a shift BBSE reports for any of them without one is a false alarm)."""
+    est, measured, future = (np.concatenate([f(bt) for bt in bts]) for f in (
+        lambda b: b.estimated_shift, lambda b: b.label_shift, lambda b: future_cells(b.truth)))
     cols = np.arange(future.shape[-1])
-    out = np.zeros(future.shape, dtype=bool)
-    for t in range(1, future.shape[-1]):
-        out[..., t] = future[..., t] & (estimated[..., t] > flag_threshold(estimated, measured, future & (cols < t),
-                                                                         threshold))
-    return out
+    taus = [flag_threshold(est, measured, future & (cols < t), threshold) for t in range(future.shape[-1] + 1)]
+    for bt in bts:
+        bt.flag_taus = taus
 
 
 def _mae(err: np.ndarray, mask: np.ndarray) -> float | None:
@@ -327,8 +334,7 @@ def summarize(bt: Backtest, ms: ModelScores, shift_threshold: float) -> dict[str
         "n_future_cells": int(future.sum()), "n_label_shift_cells": int(big.sum()),
         "n_flagged_shift_cells": int(flagged.sum()), "n_flagged_with_label_shift": int((flagged & big).sum()),
         "n_flagged_uncalibrated": int((future & (bt.estimated_shift > shift_threshold)).sum()),
-        "label_shift_flag_threshold": round(flag_threshold(bt.estimated_shift, bt.label_shift, future,
-                                                           shift_threshold), 4),
+        "label_shift_flag_threshold": round(bt.flag_taus[-1], 4),
         "label_shift_threshold": shift_threshold, "metric": ms.metric,
         "causal_mae": _mae(causal_err, future),
         "causal_mae_by_seed": {str(seed): _mae(causal_err[s], future[s]) for s, seed in enumerate(ms.seeds)},

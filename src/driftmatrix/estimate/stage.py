@@ -90,20 +90,29 @@ PREVIOUS_SUMMARY = ("hindsight_method", "causal_mae", "causal_mae_by_seed", "cho
                     "n_flagged_uncalibrated", "label_shift_flag_threshold")
 
 
-def backtest_model(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK,
-                   cache: WeightCache | None = None) -> tuple[Backtest, Backtest, dict[str, Any]]:
-    """Both backtests of one model, as at cutoff i (the summary's top level) and one period
-    ahead (the summary's ``previous_period``: per method its MAE, bias and cells, only methods
-    that estimate every future cell that way: IW-inputs needs held-out rows and has no estimate
-    from a later period; its causal choice and label-shift flag). ``cache``: domain weights
-    shared with the dataset's other models."""
-    bt = backtest.run(ms, min_ess, shift_threshold, cap_slack=cap_slack, cache=cache, reference="window")
-    ahead_bt = backtest.run(ms, min_ess, shift_threshold, cap_slack=cap_slack, cache=cache, reference="previous")
-    ahead = ahead_bt.summary
-    previous = {m: {k: ahead[m][k] for k in PREVIOUS_KEYS if k in ahead[m]} for m in METHODS
-                if m in ahead and ahead[m]["n_cells"] == ahead["n_future_cells"]}
-    previous.update({k: ahead[k] for k in PREVIOUS_SUMMARY if k in ahead})
-    return bt, ahead_bt, {**bt.summary, "previous_period": previous}
+def backtest_models(models: Mapping[str, ModelScores], min_ess: float = 30.0, shift_threshold: float = 0.1,
+                    cap_slack: float = CAP_SLACK, cache: WeightCache | None = None
+                    ) -> dict[str, tuple[Backtest, Backtest, dict[str, Any]]]:
+    """Both backtests of each model of one dataset, as at cutoff i (the summary's top level) and
+    one period ahead (the summary's ``previous_period``: per method its MAE, bias and cells, only
+    methods that estimate every future cell that way: IW-inputs needs held-out rows and has no
+    estimate from a later period; its causal choice and label-shift flag), BBSE's flag calibrated
+    on every model's cells per reference (``backtest.calibrate_flags``). ``cache``: domain weights
+    shared by the models."""
+    runs = {name: [backtest.run(ms, min_ess, shift_threshold, cap_slack=cap_slack, cache=cache, reference=r)
+                   for r in backtest.REFERENCES] for name, ms in models.items()}
+    for k in range(len(backtest.REFERENCES)):
+        backtest.calibrate_flags([r[k] for r in runs.values()], shift_threshold)
+        for name, r in runs.items():
+            r[k].summary.update(backtest.summarize(r[k], models[name], shift_threshold))
+    out = {}
+    for name, (bt, ahead_bt) in runs.items():
+        ahead = ahead_bt.summary
+        previous = {m: {k: ahead[m][k] for k in PREVIOUS_KEYS if k in ahead[m]} for m in METHODS
+                    if m in ahead and ahead[m]["n_cells"] == ahead["n_future_cells"]}
+        previous.update({k: ahead[k] for k in PREVIOUS_SUMMARY if k in ahead})
+        out[name] = bt, ahead_bt, {**bt.summary, "previous_period": previous}
+    return out
 
 
 def run_matrices(folder: str | Path, out_dir: str | Path, shift_threshold: float = 0.1) -> dict[str, dict[str, Any]]:
@@ -113,11 +122,10 @@ def run_matrices(folder: str | Path, out_dir: str | Path, shift_threshold: float
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    models = {name: from_matrices(m) for name, m in matrixfile.load_folder(folder).items()}
     summaries = {}
-    for name, m in matrixfile.load_folder(folder).items():
-        ms = from_matrices(m)
-        bt, ahead, summaries[name] = backtest_model(ms, shift_threshold=shift_threshold)
-        (out_dir / f"{name}.json").write_text(json.dumps(model_doc(ms, bt, ahead)))
+    for name, (bt, ahead, summaries[name]) in backtest_models(models, shift_threshold=shift_threshold).items():
+        (out_dir / f"{name}.json").write_text(json.dumps(model_doc(models[name], bt, ahead)))
     (out_dir / "backtest.json").write_text(json.dumps(summaries, indent=2))
     (out_dir / "backtest.csv").write_text(csv_rows(summaries))
     return summaries
@@ -248,15 +256,17 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
     out_dir.mkdir(parents=True, exist_ok=True)
     # model-independent: read once, weights shared by all models; opt-in (docs/estimates.md: cost)
     inputs = read_slice_inputs(slices_dir) if cfg.iw_inputs else None
-    cache = WeightCache()
+    models = {name: load_model(params, name, manifest, scores_dir) for name in params.models}
+    for name in [m for m, ms in models.items() if ms is None]:
+        log.warning("estimates: no scored cells for %s; left out", name)
+        del models[name]
+    if not models:
+        raise DataError(f"{scores_dir}: no scored cells for {list(params.models)} (run the evaluate stage first)")
+    models = {name: replace(ms, inputs=inputs) for name, ms in models.items()}
     summaries, files = {}, []
-    for name in params.models:
-        ms = load_model(params, name, manifest, scores_dir)
-        if ms is None:
-            log.warning("estimates: no scored cells for %s; left out", name)
-            continue
-        bt, ahead, summaries[name] = backtest_model(replace(ms, inputs=inputs), cfg.min_ess, cfg.label_shift,
-                                                    cfg.cap_slack, cache)
+    for name, (bt, ahead, summaries[name]) in backtest_models(models, cfg.min_ess, cfg.label_shift, cfg.cap_slack,
+                                                             WeightCache()).items():
+        ms = models[name]
         path = out_dir / f"{name}.json"
         path.write_text(json.dumps(model_doc(ms, bt, ahead)))
         files.append(path)
@@ -264,8 +274,6 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
                  bt.summary["noise_floor"], ", ".join(f"{m} {bt.summary[m]['mae']}" for m in METHODS if m in bt.summary),
                  bt.summary["causal_mae"], ahead.summary["causal_mae"],
                  "" if ms.metric == "accuracy" else f"; {ms.metric}: carry-forward and trend only")
-    if not summaries:
-        raise DataError(f"{scores_dir}: no scored cells for {list(params.models)} (run the evaluate stage first)")
     (out_dir / "backtest.json").write_text(json.dumps(summaries, indent=2))
     (out_dir / "backtest.csv").write_text(csv_rows(summaries))
     files = [out_dir / "backtest.json", out_dir / "backtest.csv", *files]
