@@ -185,3 +185,22 @@ def test_no_slices_is_a_clear_error(setup, tmp_path):
     params, _, _, scores = setup
     with pytest.raises(DataError, match=r"noslices: no manifest.json \(run `driftmatrix slice` first\)"):
         matrices.read_scores(params, tmp_path / "noslices", scores)
+
+
+def test_the_chosen_metric_keys_every_cell_and_names_the_matrices(setup):
+    """evaluation.metric is part of each cell's scoring key: accuracy scores are never read as log
+    loss; scored under log loss, the matrices say so and read lower as better."""
+    params, manifest, slices, root = setup
+    lossy = parse_params({"dataset": {"name": "toy"}, "models": {"MLP-S": {}}, "train": {"seeds": [0, 1]},
+                          "evaluation": {"metric": "log_loss"}})
+    plan, acc = model_plan(lossy, "MLP-S", manifest, ENV), model_plan(params, "MLP-S", manifest, ENV)
+    hashes = [s["hash"] for s in manifest["slices"]]
+    assert plan.scoring["metric"] == "log_loss" and acc.scoring["metric"] == "accuracy"
+    assert [u.key for u in plan.units] == [u.key for u in acc.units]  # the same trained units...
+    assert not {c.key for u in plan.units for c in plan.cells(u, hashes)} & {
+        c.key for u in acc.units for c in acc.cells(u, hashes)}  # ...scored under other keys
+    assert matrices.read_model(lossy, "MLP-S", manifest, root).extra["missing_cells"] == 2 * 4 * 4
+    write_scores(root, lossy, manifest, "MLP-S", {0: 0.3, 1: 0.4}, -0.1)
+    m = matrices.read_model(lossy, "MLP-S", manifest, root)
+    assert (m.metric, m.unit, m.higher_is_better) == ("Log loss", "nats", False)
+    assert m.seed_values[0, 0, 3] == pytest.approx(0.6) and m.extra["missing_cells"] == 0

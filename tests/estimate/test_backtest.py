@@ -290,3 +290,16 @@ def test_the_flag_is_calibrated_on_every_model_of_the_dataset():
     backtest.calibrate_flags([a, b], 0.1)
     assert a.flagged[0, :2, 2].all() and a.flagged.sum() == 2 and not b.flagged.any()
     assert a.flag_taus == b.flag_taus == [0.1, 0.1, 0.1, 0.4, 0.4, 0.4]
+
+
+@pytest.mark.parametrize("metric, higher", [("log_loss", False), ("balanced_accuracy", True)])
+def test_a_metric_other_than_accuracy_gets_the_matrix_methods_only(metric, higher):
+    """The confidence methods estimate accuracy: for another metric (evaluation.metric) the
+    backtest has carry-forward and trend, chosen causally like any others, and no noise floor."""
+    ms = scores(np.random.default_rng(3))
+    values = 100 - ms.values if metric == "log_loss" else ms.values  # log loss: lower is better
+    bt = backtest.run(replace(ms, values=values, metric=metric, higher_is_better=higher))
+    s = bt.summary
+    assert {m for m in backtest.METHODS if m in s} == {"carry-forward", "trend"} and s["noise_floor"] is None
+    assert set(s["chosen_methods"].values()) <= {"carry-forward", "trend"} and s["causal_mae"] > 0
+    assert s["n_flagged_shift_cells"] == 0 and np.isfinite(bt.causal[backtest.future_cells(values)]).all()

@@ -189,9 +189,9 @@ def window_mmd(x: np.ndarray, slice_ids: np.ndarray, k: int, max_n: int = 300,
         return out, float("nan")
     sigma = median_bandwidth(subsample(x, 1000, rng))
     kernel = lambda a, b: float(np.exp(-sq_distances(a, b) / (2.0 * sigma * sigma)).mean())  # noqa: E731
-    wins = [subsample(x[:ends[r]], max_n, rng) if ends[r] else None for r in range(k)]
-    periods = [subsample(x[ends[t - 1]:ends[t]], max_n, rng) if t and ends[t] > ends[t - 1] else None
-               for t in range(k)]
+    draw = lambda rows: subsample(rows, max_n, rng).astype(np.float32) if len(rows) else None  # noqa: E731
+    wins = [draw(x[:ends[r]]) for r in range(k)]
+    periods = [draw(x[ends[t - 1]:ends[t]]) if t else None for t in range(k)]
     own = {id(a): kernel(a, a) for a in wins + periods if a is not None}
     for r, t in zip(*np.triu_indices(k, 1)):
         if wins[r] is not None and periods[t] is not None:

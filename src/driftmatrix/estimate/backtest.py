@@ -26,6 +26,7 @@ import numpy as np
 from driftmatrix.estimate.cells import CellStats, pooled
 from driftmatrix.estimate.domain import SliceInputs, WeightCache
 from driftmatrix.estimate.methods import CAP_SLACK, METHODS, SHIFT_ALPHA, Estimate, estimate_all, total_variation
+from driftmatrix.tasks import METRICS as METRICS_BY_KEY
 
 
 @dataclass(frozen=True)
@@ -112,7 +113,7 @@ def estimate_from_history(known: ModelScores, s: int, i: int, lag: int, target: 
     caller already has them (:func:`reference_stats`)."""
     t = i if latest is None else latest
     confidence = known.metric == "accuracy"
-    bounded = (0.0, 100.0) if known.metric in ("accuracy", "macro_auc") else None
+    bounded = (0.0, 100.0) if getattr(METRICS_BY_KEY.get(known.metric), "unit", "") == "%" else None
     source = (source or reference_stats(known, s, i, t)) if confidence else None
     weights = (held_out_weights(known, i, target_x, period, cache)
                if confidence and t == i and "IW-inputs" in methods else None)

@@ -77,7 +77,9 @@ def from_matrices(m) -> ModelScores:
     the noise floor only where the matrices record ``n_eval``. Cumulative windows are assumed."""
     S, K = m.seed_values.shape[0], len(m.slices)
     n = np.asarray(m.extra.get("n_eval", np.full((K, K), np.nan)), dtype=float)
-    metric = {"accuracy": "accuracy", "macro auc": "macro_auc"}.get(m.metric.lower(), m.metric.lower())
+    from driftmatrix.tasks import METRICS
+
+    metric = next((k for k, v in METRICS.items() if v.name.lower() == m.metric.lower()), m.metric.lower())
     return ModelScores(m.model, list(m.slices), list(m.seeds or range(S)), np.asarray(m.seed_values, dtype=float),
                        np.broadcast_to(n, (S, K, K)).copy(), [[[None] * K for _ in range(K)] for _ in range(S)],
                        [tuple(range(i + 1)) for i in range(K)], m.higher_is_better, metric, m.family)
