@@ -85,11 +85,8 @@ def from_matrices(m) -> ModelScores:
                        [tuple(range(i + 1)) for i in range(K)], m.higher_is_better, metric, m.family)
 
 
-#: What ``previous_period`` keeps of the one-period-ahead backtest's summary, per method and overall.
+#: What ``previous_period`` keeps of the one-period-ahead backtest's summary, per method (and all the rest).
 PREVIOUS_KEYS = ("mae", "bias", "n_cells", "mae_by_seed", "coverage", "rho")
-PREVIOUS_SUMMARY = ("hindsight_method", "causal_mae", "causal_mae_by_seed", "chosen_methods", "trusted_method",
-                    "n_label_shift_cells", "n_flagged_shift_cells", "n_flagged_with_label_shift",
-                    "n_flagged_uncalibrated", "label_shift_flag_threshold")
 
 
 def backtest_models(models: Mapping[str, ModelScores], min_ess: float = 30.0, shift_threshold: float = 0.1,
@@ -112,7 +109,7 @@ def backtest_models(models: Mapping[str, ModelScores], min_ess: float = 30.0, sh
         ahead = ahead_bt.summary
         previous = {m: {k: ahead[m][k] for k in PREVIOUS_KEYS if k in ahead[m]} for m in METHODS
                     if m in ahead and ahead[m]["n_cells"] == ahead["n_future_cells"]}
-        previous.update({k: ahead[k] for k in PREVIOUS_SUMMARY if k in ahead})
+        previous.update({k: v for k, v in ahead.items() if k not in METHODS})
         out[name] = bt, ahead_bt, {**bt.summary, "previous_period": previous}
     return out
 
@@ -260,14 +257,14 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
     inputs = read_slice_inputs(slices_dir) if cfg.iw_inputs else None
     models = {name: load_model(params, name, manifest, scores_dir) for name in params.models}
     for name in [m for m, ms in models.items() if ms is None]:
-        log.warning("estimates: no scored cells for %s; left out", name)
         del models[name]
+        log.warning("estimates: no scored cells for %s; left out", name)
     if not models:
         raise DataError(f"{scores_dir}: no scored cells for {list(params.models)} (run the evaluate stage first)")
-    models = {name: replace(ms, inputs=inputs) for name, ms in models.items()}
     summaries, files = {}, []
-    for name, (bt, ahead, summaries[name]) in backtest_models(models, cfg.min_ess, cfg.label_shift, cfg.cap_slack,
-                                                             WeightCache()).items():
+    for name, (bt, ahead, summaries[name]) in backtest_models(
+            {n: replace(ms, inputs=inputs) for n, ms in models.items()}, cfg.min_ess, cfg.label_shift, cfg.cap_slack,
+            WeightCache()).items():
         ms = models[name]
         path = out_dir / f"{name}.json"
         path.write_text(json.dumps(model_doc(ms, bt, ahead)))
