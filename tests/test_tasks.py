@@ -151,9 +151,15 @@ def test_each_classification_metric_on_hand_made_outputs():
     # directions, defaults and the params section
     assert metric_for("binary", "log_loss").higher_is_better is False and metric_for("binary").key == "accuracy"
     assert metric_for("multilabel", "accuracy").key == "macro_auc" and metric_for("regression").key == "balanced_mse"
-    with pytest.raises(ConfigError, match="evaluation.metric: a regression task is scored by balanced_mse"):
+    with pytest.raises(ValueError, match="evaluation.metric: a regression task is scored by balanced_mse"):
         metric_for("regression", "log_loss")
-    with pytest.raises(ConfigError, match="evaluation.metric: a binary task"):
+    with pytest.raises(ValueError, match="evaluation.metric: a binary task"):
         metric_for("binary", "balanced_mse")
     with pytest.raises(ConfigError, match="evaluation.metric: expected accuracy"):
         parse_params({"models": {"MLP-S": {}}, "evaluation": {"metric": "f1"}})
+    # checked against dataset.task when params.yaml is read, one line naming both
+    with pytest.raises(ConfigError, match=r"^x.yaml: evaluation.metric: a multilabel task is scored by macro_auc, "
+                                          r"not log_loss \(dataset.task\)$"):
+        parse_params({"models": {"MLP-S": {}}, "dataset": {"task": "multilabel"},
+                      "evaluation": {"metric": "log_loss"}}, "x.yaml")
+    assert parse_params({"models": {"MLP-S": {}}, "evaluation": {"metric": "macro_auc"}}).extra["evaluation"]

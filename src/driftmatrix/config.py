@@ -234,7 +234,13 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     for name in models:  # validate every override early, with the model named
         params.train_for(name)
     build(EstimateConfig, extra.get("estimate"), f"{source}: estimate")
-    build(EvaluationConfig, extra.get("evaluation"), f"{source}: evaluation")
+    from driftmatrix.tasks import metric_for
+
+    metric = build(EvaluationConfig, extra.get("evaluation"), f"{source}: evaluation").metric
+    try:
+        metric_for(built["dataset"].task, metric)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc} (dataset.task)") from None
     return params
 
 

@@ -106,10 +106,8 @@ def metric_for(task: str, chosen: str = "accuracy") -> MetricInfo:
     own = {"multilabel": "macro_auc", "regression": "balanced_mse"}.get(task)
     if own is None and chosen in CLASSIFICATION_METRICS or chosen in ("accuracy", own):
         return METRICS[own or chosen]
-    from driftmatrix.config import ConfigError
-
-    raise ConfigError(f"params.yaml: evaluation.metric: a {task} task is scored by "
-                      f"{own or ', '.join(CLASSIFICATION_METRICS)}, not {chosen}")
+    raise ValueError(f"evaluation.metric: a {task} task is scored by {own or ', '.join(CLASSIFICATION_METRICS)}, "
+                     f"not {chosen}")
 
 
 def cell_score(task: str, outputs: np.ndarray, targets: np.ndarray,
