@@ -49,7 +49,8 @@ def write_scores(root, params, manifest, model, seed_diag, step, hole=None):
         for cell in plan.cells(unit, hashes):
             value = None if hole == (unit.seed, unit.cutoff_index, cell.j) else float(M[unit.cutoff_index, cell.j])
             cells[cell.key] = {"value": value, "n_eval": 10 + cell.j, "left_out": []}
-        store.write(unit.key, {"unit": {"key": unit.key}, "cells": cells})
+        store.write(unit.key, {"unit": {"key": unit.key}, "cells": cells,
+                               "seconds": 10.0 * unit.seed + unit.cutoff_index + 0.5})  # its training time
 
 
 @pytest.fixture
@@ -123,6 +124,9 @@ def test_stage_outputs_metrics_and_the_report_stage_draws_and_logs_them(setup, t
     assert back["seeds"] == [0, 1] and back["seed_values"][1][0][3] is None
     assert back["values"][0][0] == pytest.approx(91.0)
     assert back["window"] == "cumulative" and back["precision"] == "fp32" and back["stale"] == 0
+    # each (seed, cutoff)'s measured training seconds, from its score doc: a retraining policy's cost
+    assert back["seconds"] == [[0.5, 1.5, 2.5, 3.5], [10.5, 11.5, 12.5, 13.5]]
+    assert json.loads((out / "CNN-S.json").read_text())["seconds"] == [[0.5, 1.5, 2.5, 3.5], [None] * 4]
     assert (out / "MLP-S.csv").read_text().splitlines()[0] == "trained_up_to," + ",".join(SLICES)
     # the matrices stage draws nothing and tracks nothing
     assert not (tmp_path / "outputs" / "report").exists() and not (tmp_path / "mlflow.db").exists()
@@ -181,3 +185,22 @@ def test_no_slices_is_a_clear_error(setup, tmp_path):
     params, _, _, scores = setup
     with pytest.raises(DataError, match=r"noslices: no manifest.json \(run `driftmatrix slice` first\)"):
         matrices.read_scores(params, tmp_path / "noslices", scores)
+
+
+def test_the_chosen_metric_keys_every_cell_and_names_the_matrices(setup):
+    """evaluation.metric is part of each cell's scoring key: accuracy scores are never read as log
+    loss; scored under log loss, the matrices say so and read lower as better."""
+    params, manifest, slices, root = setup
+    lossy = parse_params({"dataset": {"name": "toy"}, "models": {"MLP-S": {}}, "train": {"seeds": [0, 1]},
+                          "evaluation": {"metric": "log_loss"}})
+    plan, acc = model_plan(lossy, "MLP-S", manifest, ENV), model_plan(params, "MLP-S", manifest, ENV)
+    hashes = [s["hash"] for s in manifest["slices"]]
+    assert plan.scoring["metric"] == "log_loss" and acc.scoring["metric"] == "accuracy"
+    assert [u.key for u in plan.units] == [u.key for u in acc.units]  # the same trained units...
+    assert not {c.key for u in plan.units for c in plan.cells(u, hashes)} & {
+        c.key for u in acc.units for c in acc.cells(u, hashes)}  # ...scored under other keys
+    assert matrices.read_model(lossy, "MLP-S", manifest, root).extra["missing_cells"] == 2 * 4 * 4
+    write_scores(root, lossy, manifest, "MLP-S", {0: 0.3, 1: 0.4}, -0.1)
+    m = matrices.read_model(lossy, "MLP-S", manifest, root)
+    assert (m.metric, m.unit, m.higher_is_better) == ("Log loss", "nats", False)
+    assert m.seed_values[0, 0, 3] == pytest.approx(0.6) and m.extra["missing_cells"] == 0

@@ -124,3 +124,42 @@ def test_loss_weights_differ_when_later_data_would_change_them():
     later = np.concatenate([early, np.array([1, 1, 1, 1], np.float32)])
     y, out = torch.tensor([5.0, 1.0]), torch.tensor([[4.0], [3.0]])
     assert make_loss("regression", early)(out, y).item() != pytest.approx(make_loss("regression", later)(out, y).item())
+
+
+def test_each_classification_metric_on_hand_made_outputs():
+    from driftmatrix.config import ConfigError, parse_params
+
+    # 3 classes, 6 rows: class 0 recalled 2/3, class 1 1/2, class 2 1/1
+    logits = np.log(np.array([[0.7, 0.2, 0.1], [0.6, 0.3, 0.1], [0.2, 0.5, 0.3],
+                              [0.1, 0.8, 0.1], [0.5, 0.4, 0.1], [0.25, 0.15, 0.6]]))
+    y = np.array([0, 0, 0, 1, 1, 2])
+    score = lambda m, yy=y: cell_score("multiclass", logits, yy, metric=m)  # noqa: E731
+    assert score("accuracy") == (pytest.approx(100 * 4 / 6), [])
+    assert score("balanced_accuracy") == (pytest.approx(100 * (2 / 3 + 1 / 2 + 1) / 3), [])
+    p_true = np.array([0.7, 0.6, 0.2, 0.8, 0.4, 0.6])
+    assert score("log_loss") == (pytest.approx(-np.log(p_true).mean()), [])
+    onehot = np.eye(3)[y]
+    auc = np.mean([roc_auc_score(onehot[:, c], np.exp(logits)[:, c]) for c in range(3)])
+    assert score("macro_auc") == (pytest.approx(100 * auc), [])
+    # a class with no row in the cell is left out and named (balanced accuracy, macro AUC)
+    assert score("balanced_accuracy", np.array([0, 0, 0, 1, 1, 1])) == (pytest.approx(100 * (2 / 3 + 1 / 3) / 2), ["2"])
+    assert score("macro_auc", np.array([0, 0, 0, 1, 1, 1]))[1] == ["2"]
+    # binary: the macro over both classes is the ROC AUC of the positive class
+    b = np.log(np.array([[0.9, 0.1], [0.4, 0.6], [0.3, 0.7], [0.6, 0.4]]))
+    yb = np.array([0, 1, 0, 1])
+    assert cell_score("binary", b, yb, metric="macro_auc")[0] == pytest.approx(100 * roc_auc_score(yb, np.exp(b[:, 1])))
+    # directions, defaults and the params section
+    assert metric_for("binary", "log_loss").higher_is_better is False and metric_for("binary").key == "accuracy"
+    assert metric_for("multilabel", "accuracy").key == "macro_auc" and metric_for("regression").key == "balanced_mse"
+    with pytest.raises(ValueError, match="evaluation.metric: a regression task is scored by balanced_mse"):
+        metric_for("regression", "log_loss")
+    with pytest.raises(ValueError, match="evaluation.metric: a binary task"):
+        metric_for("binary", "balanced_mse")
+    with pytest.raises(ConfigError, match="evaluation.metric: expected accuracy"):
+        parse_params({"models": {"MLP-S": {}}, "evaluation": {"metric": "f1"}})
+    # checked against dataset.task when params.yaml is read, one line naming both
+    with pytest.raises(ConfigError, match=r"^x.yaml: evaluation.metric: a multilabel task is scored by macro_auc, "
+                                          r"not log_loss \(dataset.task\)$"):
+        parse_params({"models": {"MLP-S": {}}, "dataset": {"task": "multilabel"},
+                      "evaluation": {"metric": "log_loss"}}, "x.yaml")
+    assert parse_params({"models": {"MLP-S": {}}, "evaluation": {"metric": "macro_auc"}}).extra["evaluation"]

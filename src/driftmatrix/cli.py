@@ -239,10 +239,10 @@ def backtest(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
         result = stage.run(_params(params), slices, scores, out, metrics or stage.DVC_METRICS, track=track)
     for model, s in result.items():
         ahead = s.get("previous_period") or {}
-        typer.echo(f"{model}: noise floor {s['noise_floor']}, best {s.get('best_method')} "
-                   f"(MAE {s[s['best_method']]['mae'] if 'best_method' in s else 'n/a'}; carry-forward "
-                   f"{(s.get('carry-forward') or {}).get('mae')}); one period ahead: best {ahead.get('best_method')} "
-                   f"(MAE {ahead[ahead['best_method']]['mae'] if 'best_method' in ahead else 'n/a'})")
+        typer.echo(f"{model}: noise floor {s['noise_floor']}, method chosen per period from earlier periods: "
+                   f"MAE {s.get('causal_mae')} (carry-forward {(s.get('carry-forward') or {}).get('mae')}; trusted "
+                   f"next: {s.get('trusted_method')}); one period ahead: MAE {ahead.get('causal_mae')} (trusted next: "
+                   f"{ahead.get('trusted_method')})")
 
 
 @app.command()

@@ -114,6 +114,18 @@ def estimate_config(params: "Params") -> EstimateConfig:
 
 
 @dataclass(frozen=True)
+class EvaluationConfig:
+    """``evaluation:``: the cell metric; binary and multiclass tasks choose (``tasks.metric_for``)."""
+
+    metric: str = field(default="accuracy", metadata=_one_of(
+        "accuracy", "balanced_accuracy", "macro_auc", "log_loss", "balanced_mse"))
+
+
+def evaluation_metric(params: "Params") -> str:
+    return build(EvaluationConfig, params.extra.get("evaluation"), "params.yaml: evaluation").metric
+
+
+@dataclass(frozen=True)
 class Params:
     dataset: DatasetConfig = DatasetConfig()
     synthetic: SyntheticConfig = SyntheticConfig()
@@ -229,6 +241,13 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     for name in models:  # validate every override early, with the model named
         params.train_for(name)
     build(EstimateConfig, extra.get("estimate"), f"{source}: estimate")
+    from driftmatrix.tasks import metric_for
+
+    metric = build(EvaluationConfig, extra.get("evaluation"), f"{source}: evaluation").metric
+    try:
+        metric_for(built["dataset"].task, metric)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc} (dataset.task)") from None
     return params
 
 
@@ -270,6 +289,8 @@ __all__ = [
     "TrackingConfig",
     "EstimateConfig",
     "estimate_config",
+    "EvaluationConfig",
+    "evaluation_metric",
     "Params",
     "build",
     "parse_params",

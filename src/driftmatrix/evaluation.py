@@ -9,7 +9,8 @@ batches, so its score is the same whichever other cells are scored alongside it.
 Scores live in ``<scores>/<model>/<unit key>.json``: the unit, the digest of the weights its
 cells came from (a unit retrained under its key is scored afresh), its cells by key, and which
 cells were last attached to which MLflow run. The environment the train stage recorded is copied
-beside them, so the matrices stage keys cells exactly as they were scored.
+beside them, so the matrices stage keys cells exactly as they were scored, and each unit's
+measured training seconds (its checkpoint record's ``seconds``) in its doc.
 """
 
 from __future__ import annotations
@@ -36,14 +37,14 @@ def eval_mask(slice_ids: np.ndarray, split: np.ndarray, cutoff: int, j: int) -> 
 
 
 def score_cell(outputs: np.ndarray, targets: np.ndarray, task: str,
-               categories: tuple[str, ...] = (), per_row: bool = False) -> dict[str, Any]:
+               categories: tuple[str, ...] = (), per_row: bool = False, metric: str = "accuracy") -> dict[str, Any]:
     """One cell from the outputs on its evaluation rows (pure): value (None if empty), n, left out,
     and (classification) the fixed-size forward-pass statistics of :func:`forward_stats`, with
     ``per_row`` also each row's correctness (:func:`row_correctness`: the held-out cells j <= i,
-    which input-space importance weighting reweights row by row)."""
+    which input-space importance weighting reweights row by row); ``metric``: ``tasks.cell_score``'s."""
     from driftmatrix.tasks import cell_score
 
-    value, left = cell_score(task, outputs, targets, categories)
+    value, left = cell_score(task, outputs, targets, categories, metric)
     cell = {"value": None if np.isnan(value) else value, "n_eval": int(len(targets)), "left_out": left}
     stats = forward_stats(outputs, targets, task)
     if stats is not None:
@@ -217,7 +218,7 @@ def score_task(exp, item: tuple[Unit, list[Cell], str]) -> dict[str, dict[str, A
                           batches=exp.eval_batches.get(cell.j, cell.evalset, rows))
         out[cell.key] = {"slice": cell.label, "j": cell.j, "evalset": cell.evalset,
                          **score_cell(outputs, exp.targets_np[rows], exp.meta.task, categories,
-                                     per_row=cell.evalset == "test")}
+                                     per_row=cell.evalset == "test", metric=exp.metric.key)}
     return out
 
 
@@ -252,6 +253,11 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
         missing = [c for c in plan.cells(u, hashes) if c.key not in docs[u.key]["cells"]]
         if missing:
             todo.append((u, missing, str(Path(checkpoints_dir).resolve())))
+        seconds = ckpts.record(u.key).get("seconds")  # its measured training time: a retrain's cost
+        if docs[u.key].get("seconds") != seconds:
+            docs[u.key]["seconds"] = seconds
+            if docs[u.key]["cells"] and not missing:
+                scores.write(u.key, docs[u.key])
     n_cells = sum(len(m) for _, m, _ in todo)
     log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes), n_cells,
              len(todo))

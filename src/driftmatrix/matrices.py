@@ -20,7 +20,7 @@ import numpy as np
 from driftmatrix.analysis import matrixfile
 from driftmatrix.analysis.matrixfile import DriftMatrices
 from driftmatrix.analysis.tables import Cohort
-from driftmatrix.config import Params
+from driftmatrix.config import Params, evaluation_metric
 from driftmatrix.units import ModelPlan
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,8 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
 
     ``docs``: unit key -> score document (``evaluation.ScoreStore``); ``metric``: the task's
     ``tasks.Metric``. ``extra`` carries the cells' n_eval (of the first seed), the window, the
-    precision, how many cells are missing and the unit key of every (seed, cutoff).
+    precision, how many cells are missing, and the unit key and measured training seconds of
+    every (seed, cutoff) (None where its score doc has none).
     """
     from driftmatrix.evaluation import current_row
 
@@ -57,7 +58,9 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
         seeds=list(plan.seeds),
         extra={"metric_key": metric.key, "n_eval": n_eval.tolist(), "window": plan.window.name,
                "precision": precision, "missing_cells": missing,
-               "unit_keys": [[plan.unit(s, i).key for i in range(K)] for s in plan.seeds]})
+               "unit_keys": [[plan.unit(s, i).key for i in range(K)] for s in plan.seeds],
+               "seconds": [[(docs.get(plan.unit(s, i).key) or {}).get("seconds") for i in range(K)]
+                           for s in plan.seeds]})
 
 
 def read_model(params: Params, model: str, manifest: Mapping[str, Any],
@@ -80,7 +83,7 @@ def read_model(params: Params, model: str, manifest: Mapping[str, Any],
     current = {u.key for u in plan.units}
     docs = {k: store.read(k) for k in current}
     stale = len(set(store.keys()) - current)
-    metric = metric_for(DatasetMeta.from_dict(manifest["dataset"]).task)
+    metric = metric_for(DatasetMeta.from_dict(manifest["dataset"]).task, evaluation_metric(params))
     m = assemble(plan, slice_hashes(manifest), docs, metric, params.dataset.name, env.precision)
     m.extra["stale"] = stale
     if m.extra["missing_cells"]:

@@ -2,7 +2,8 @@
 
 Loss weights are computed from the training targets of the cutoff being trained (never from
 later slices). Metrics are reported in the paper's units: accuracy and macro AUC in percent,
-balanced MSE raw (lower is better).
+balanced MSE raw (lower is better). Binary and multiclass tasks may choose their metric
+(``evaluation.metric``: :data:`CLASSIFICATION_METRICS`); log loss is in nats, lower is better.
 """
 
 from __future__ import annotations
@@ -31,7 +32,11 @@ METRICS = {
     "accuracy": MetricInfo("accuracy", "Accuracy", "%", True),
     "macro_auc": MetricInfo("macro_auc", "Macro AUC", "%", True),
     "balanced_mse": MetricInfo("balanced_mse", "Balanced MSE", "", False),
+    "balanced_accuracy": MetricInfo("balanced_accuracy", "Balanced accuracy", "%", True),
+    "log_loss": MetricInfo("log_loss", "Log loss", "nats", False),
 }
+#: ``evaluation.metric`` of binary and multiclass tasks (the first: the default).
+CLASSIFICATION_METRICS = ("accuracy", "balanced_accuracy", "macro_auc", "log_loss")
 
 
 def targets_array(rows: "pd.DataFrame", meta: "DatasetMeta") -> np.ndarray:
@@ -95,27 +100,53 @@ def level_weights(train_targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return levels, (len(train_targets) / counts).astype(np.float32)
 
 
-def metric_for(task: str) -> MetricInfo:
-    return METRICS[{"binary": "accuracy", "multiclass": "accuracy", "multilabel": "macro_auc",
-                    "regression": "balanced_mse"}[task]]
+def metric_for(task: str, chosen: str = "accuracy") -> MetricInfo:
+    """The metric a task's cells are scored by: ``chosen`` (``evaluation.metric``) for binary and
+    multiclass tasks; multi-label and regression tasks have one each (macro AUC, balanced MSE)."""
+    own = {"multilabel": "macro_auc", "regression": "balanced_mse"}.get(task)
+    if own is None and chosen in CLASSIFICATION_METRICS or chosen in ("accuracy", own):
+        return METRICS[own or chosen]
+    raise ValueError(f"evaluation.metric: a {task} task is scored by {own or ', '.join(CLASSIFICATION_METRICS)}, "
+                     f"not {chosen}")
 
 
 def cell_score(task: str, outputs: np.ndarray, targets: np.ndarray,
-               categories: tuple[str, ...] = ()) -> tuple[float, list[str]]:
+               categories: tuple[str, ...] = (), metric: str = "accuracy") -> tuple[float, list[str]]:
     """Score of one drift-matrix cell in the reported unit, plus the categories left out.
 
     Empty evaluation sets give NaN. For macro AUC a category without positives or without
-    negatives in this cell cannot be scored: it is left out of the average and named.
+    negatives in this cell cannot be scored: it is left out of the average and named (a class
+    for binary and multiclass tasks, one-vs-rest on the softmax; for balanced accuracy, a class
+    with no row). ``metric``: the classification metric (:func:`metric_for`).
     """
     if len(targets) == 0:
         return float("nan"), []
     if task in ("binary", "multiclass"):
-        return float((outputs.argmax(axis=1) == targets).mean() * 100.0), []
+        return classification_score(metric, np.asarray(outputs, dtype=np.float64), np.asarray(targets))
     if task == "regression":
         return balanced_mse(outputs.reshape(-1), targets), []
     if task == "multilabel":
         return macro_auc(outputs, targets, categories)
     raise ValueError(f"unknown task {task!r}")
+
+
+def classification_score(metric: str, logits: np.ndarray, targets: np.ndarray) -> tuple[float, list[str]]:
+    """Accuracy, balanced accuracy (mean recall over the classes present), one-vs-rest macro AUC
+    (binary: the ROC AUC) in percent, or log loss in nats, from (N, C) logits."""
+    classes = np.arange(logits.shape[1])
+    if metric == "log_loss":
+        top = logits.max(axis=1)
+        lse = top + np.log(np.exp(logits - top[:, None]).sum(axis=1))
+        return float(np.mean(lse - logits[np.arange(len(targets)), targets])), []
+    right = logits.argmax(axis=1) == targets
+    if metric == "balanced_accuracy":
+        present = [c for c in classes if (targets == c).any()]
+        return (float(np.mean([right[targets == c].mean() for c in present]) * 100.0),
+                [str(c) for c in classes if c not in present])
+    if metric == "macro_auc":
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        return macro_auc(probs / probs.sum(axis=1, keepdims=True), (targets[:, None] == classes).astype(float))
+    return float(right.mean() * 100.0), []
 
 
 def balanced_mse(pred: np.ndarray, target: np.ndarray) -> float:

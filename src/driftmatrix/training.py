@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from driftmatrix.checkpoints import CheckpointStore
-from driftmatrix.config import ConfigError, Params, TrainConfig, build
+from driftmatrix.config import ConfigError, Params, TrainConfig, build, evaluation_metric
 from driftmatrix.precision import resolve_device
 from driftmatrix.provenance import Environment
 from driftmatrix.units import ModelPlan, Unit, plan_model, slice_hashes
@@ -209,7 +209,7 @@ def model_plan(params: Params, model: str, manifest: Mapping[str, Any], env: Env
     from driftmatrix.tasks import metric_for
 
     spec, meta = get(model), DatasetMeta.from_dict(manifest["dataset"])
-    metric = metric_for(meta.task)
+    metric = metric_for(meta.task, evaluation_metric(params))
     scoring = {"metric": metric.key, "format": SCORE_FORMAT, "code": code_key(SCORE_ROOTS)}
     identity = {"model": spec.name, "family": spec.family, "inputs": spec.inputs, "encoder": spec.encoder or "",
                 "description": spec.description, "task": meta.task, "outputs": meta.num_outputs,
@@ -244,7 +244,7 @@ class ExperimentInfo:
         self.cfg = replace(effective_config(params, model), precision=env.precision)
         rows, self.manifest, _ = load_slices(slices_dir)
         self.meta = DatasetMeta.from_dict(self.manifest["dataset"])
-        self.metric = metric_for(self.meta.task)
+        self.metric = metric_for(self.meta.task, evaluation_metric(params))
         self.slice_ids = rows["slice"].to_numpy()
         self.split = rows["split"].to_numpy()
         self.labels = [s["label"] for s in self.manifest["slices"]]

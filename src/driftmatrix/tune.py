@@ -135,6 +135,7 @@ class TuningData:
     val_pos: np.ndarray
     rows: np.ndarray  # global row index of each position (for audit and tests)
     task: str
+    metric: str = "accuracy"  # the cell metric (evaluation.metric)
 
 
 def restrict(exp, cutoff: int, v: int) -> TuningData:
@@ -147,7 +148,7 @@ def restrict(exp, cutoff: int, v: int) -> TuningData:
     return TuningData(inputs=RowSubset(exp.inputs, rows), targets=exp.targets[t.to(exp.targets.device)],
                       targets_np=exp.targets_np[rows].copy(), slice_ids=exp.slice_ids[rows].copy(),
                       train_pos=np.arange(len(train_rows)), val_pos=np.arange(len(train_rows), len(rows)),
-                      rows=rows, task=exp.meta.task)
+                      rows=rows, task=exp.meta.task, metric=exp.metric.key)
 
 
 def validation_score(model, data: TuningData, cfg: TrainConfig) -> float:
@@ -157,7 +158,7 @@ def validation_score(model, data: TuningData, cfg: TrainConfig) -> float:
 
     out = predict(model, RowSubset(data.inputs, data.val_pos), cfg.eval_batch_size, cfg.precision)
     targets, slices = data.targets_np[data.val_pos], data.slice_ids[data.val_pos]
-    return float(np.nanmean([cell_score(data.task, out[slices == k], targets[slices == k])[0]
+    return float(np.nanmean([cell_score(data.task, out[slices == k], targets[slices == k], metric=data.metric)[0]
                              for k in np.unique(slices)]))
 
 

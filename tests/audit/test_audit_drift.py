@@ -120,3 +120,24 @@ def test_correlate_recovers_monotone_relation_and_respects_metric_direction():
     acc[0, 1] = np.nan
     assert drift.correlate(d, acc)["n"] == k * (k - 1) // 2 - 1
     assert drift.correlate(d[:2, :2], acc[:2, :2])["spearman"] is None  # too few pairs
+
+
+def test_window_drift_compares_the_pooled_window_with_each_later_period():
+    """Slices 0..3 from one distribution, 4 and 5 shifted: a window up to r < 4 is far from 4 and
+    5 and near 1..3; a window that pools 4 is nearer 5 than a window without it. Capped, seeded."""
+    rng = np.random.default_rng(0)
+    ids = np.repeat(np.arange(K), 120)
+    x = rng.normal(size=(len(ids), 5)) + 1.5 * (ids >= 4)[:, None]
+    x[ids == 5] += 0.5
+    d, sigma = drift.window_mmd(x, ids, K, max_n=80, seed=1)
+    assert sigma > 0 and np.isnan(d[np.tril_indices(K)]).all() and np.isfinite(d[np.triu_indices(K, 1)]).all()
+    assert d[:4, 4].min() > 5 * d[np.triu_indices(4, 1)].max()
+    assert d[4, 5] < d[3, 5] and d[0, 5] > d[0, 4]
+    again, _ = drift.window_mmd(x[::-1], ids[::-1], K, max_n=80, seed=1)  # row order within the data: sorted first
+    assert np.allclose(np.isnan(again), np.isnan(d)) and again[0, 4] > 5 * np.nanmax(again[:3, 1:4])
+    # the window side draws from every slice of the pool: a window 0..2 of a shifted slice 0 is between
+    x2 = x.copy()
+    x2[ids == 0] += 3.0
+    d2, _ = drift.window_mmd(x2, ids, K, max_n=120, seed=1)
+    assert d2[0, 3] > d2[2, 3] > d[2, 3]
+    assert np.isnan(drift.window_mmd(np.zeros((0, 3)), np.zeros(0, int), 3)[0]).all()

@@ -57,6 +57,13 @@ def test_audit_writes_matrices_plots_and_json(audited):
     assert saved["measures"]["mmd_pixels"]["bandwidth"] > 0
     assert saved["slices"] == js.columns.tolist() and "correlations" not in saved
     assert len(list((out / "figures").glob("*.png"))) == 5
+    # the retraining policies' D[r, t]: training window 0..r against period t, on the same pixels
+    window = saved["window_drift"]
+    D = np.array([[np.nan if v is None else v for v in row] for row in window["values"]])
+    assert window["features"] == "4x4 pixels" and window["max_samples"] == AUDIT["mmd_samples"]
+    assert np.isnan(D[np.tril_indices(K)]).all() and (D[np.triu_indices(K, 1)] > 0).all()
+    assert np.all(np.diff(D[0, 1:]) > 0)  # the covariate shift grows with the period
+    assert np.allclose(pd.read_csv(out / "window_drift.csv", index_col=0).to_numpy(), D, equal_nan=True)
 
 
 def test_audit_logs_an_mlflow_run(audited):
@@ -106,6 +113,22 @@ def test_text_slices_get_a_vocabulary_overlap_matrix_read_as_drift(tmp_path):
     assert np.all(np.diff(vocab.values[0]) < 0)          # overlap falls with distance ...
     assert np.all(np.diff(vocab.drift[0]) > 0)           # ... so its drift reading rises
     assert vocab.info["sizes"] == [100] * K
+
+
+def test_window_drift_of_a_feature_table_uses_its_numeric_columns(tmp_path):
+    from driftmatrix.audit.slices import load_slices
+
+    rows, manifest, _ = make_slices(k=4, per_slice=60)
+    meta = dict(manifest["dataset"], numeric=["a", "b"], input_kind="table")
+    rng = np.random.default_rng(0)
+    rows["feat:a"] = rng.normal(size=len(rows)) * 100 + rows["slice"].to_numpy() * 300.0  # drifts, large scale
+    rows["feat:b"] = np.where(rng.random(len(rows)) < 0.1, np.nan, rng.normal(size=len(rows)))
+    slices = load_slices(write_slices(tmp_path / "slices", rows, {**manifest, "dataset": meta}))
+    window = stage.window_drift(slices, stage.AuditConfig(mmd_samples=40))
+    assert window.info["features"] == "numeric features, standardised"
+    assert np.all(np.diff(window.values[0, 1:]) > 0) and np.isnan(window.values[np.tril_indices(4)]).all()
+    assert stage.window_drift(load_slices(write_slices(tmp_path / "text", *make_slices(k=3)[:2])),
+                              stage.AuditConfig()) is None  # text without embeddings: none
 
 
 def test_cached_features_get_an_mmd_matrix(tmp_path):

@@ -10,7 +10,7 @@ from driftmatrix.estimate import backtest
 from driftmatrix.estimate.backtest import ModelScores, estimate_cell
 from driftmatrix.estimate.cells import CellStats
 from driftmatrix.estimate.domain import SliceInputs
-from estimate_cases import calibrated, stats
+from estimate_cases import calibrated, class_conditional, logits_for, stats
 
 S, K = 2, 6
 
@@ -129,7 +129,7 @@ def test_backtest_summary_on_a_calibrated_model():
     bt = backtest.run(ms)
     s = bt.summary
     n_future = S * K * (K - 1) // 2
-    assert s["n_future_cells"] == n_future and s["best_method"] in backtest.METHODS
+    assert s["n_future_cells"] == n_future and s["hindsight_method"] in backtest.METHODS
     for m in backtest.METHODS:
         assert s[m]["n_cells"] == n_future
     # a calibrated model whose confidence tracks its accuracy: AC is unbiased and beats carry-forward
@@ -157,6 +157,149 @@ def test_published_matrices_backtest_the_matrix_methods_only(tmp_path):
     assert set(out) == {"A", "B"} and json.loads((tmp_path / "bt" / "backtest.json").read_text()) == out
     for s in out.values():
         assert s["noise_floor"] is None and {"carry-forward", "trend"} <= set(s) and "AC" not in s
-        assert s["best_method"] == "trend" and s["trend"]["mae"] < s["carry-forward"]["mae"]
+        assert s["hindsight_method"] == "trend" and s["trend"]["mae"] < s["carry-forward"]["mae"]
         # a constant decay per lag: trend is exact wherever the lag was seen before
         assert s["carry-forward"]["bias"] > 0 and abs(s["trend"]["bias"]) < s["carry-forward"]["bias"]
+
+
+def test_the_trusted_method_of_a_period_is_chosen_on_earlier_periods_only():
+    """Two methods: ``early`` is exact on periods 1-2 and off by 10 later, ``late`` the reverse. The
+    choice for period t follows the MAE over columns < t, so it switches one period after the
+    truth does, and its MAE counts what that lag cost; carry-forward before any evidence."""
+    K = 6
+    truth = np.triu(np.full((1, K, K), 80.0), 1) + np.tril(np.full((1, K, K), np.nan))
+    cols = np.arange(K)
+    early = np.where(cols <= 2, truth, truth + 10)
+    late = np.where(cols <= 2, truth + 10, truth)
+    cf = truth + 6
+    chosen, causal = backtest.causal_choice({"carry-forward": cf, "early": early, "late": late}, truth)
+    # t = 0, 1: no labelled future cell yet; 2, 3: early (exact on periods 1, 2); 4: over the six
+    # cells of periods 1..3 early and late both have MAE 5 (carry-forward 6): the earlier, early;
+    # 5 (periods 1..4: early 7, late 3) and the next period: late
+    assert chosen == ["carry-forward", "carry-forward", "early", "early", "early", "late", "late"]
+    err = np.abs(causal - truth)[0]
+    assert np.nanmax(err[:, 1]) == 6 and np.nanmax(err[:, 2]) == 0 and np.nanmin(err[:, 3:5]) == 10
+    assert np.nanmax(err[:, 5]) == 0 and np.isnan(causal[0][np.tril_indices(K)]).all()
+    # a method missing on an earlier cell is not a candidate
+    holed = late.copy()
+    holed[0, 0, 1] = np.nan
+    assert backtest.causal_choice({"carry-forward": cf, "late": holed}, truth)[0][-1] == "carry-forward"
+
+
+def test_the_causal_mae_is_what_the_summary_reports_and_differs_from_hindsight():
+    ms = scores(np.random.default_rng(3))
+    for reference in backtest.REFERENCES:
+        bt = backtest.run(ms, reference=reference)
+        s = bt.summary
+        future = backtest.future_cells(ms.values)
+        assert s["causal_mae"] == pytest.approx(np.abs(bt.causal - ms.values)[future].mean(), abs=1e-4)
+        assert s["chosen_methods"] == {ms.slices[t]: bt.chosen[t] for t in range(1, K)}
+        assert s["chosen_methods"][ms.slices[1]] == "carry-forward" and s["trusted_method"] == bt.chosen[K]
+        # never better than the best method in hindsight over the same cells
+        assert s["causal_mae"] >= s[s["hindsight_method"]]["mae"] - 1e-9
+
+
+def relabelled(rng, cell: CellStats, keep_inputs: bool) -> CellStats:
+    """Other labels (and, unless ``keep_inputs``, other outputs) that still add up: no more right
+    rows than rows in any bin, as a later period's reference must be."""
+    counts = cell.counts if keep_inputs else rng.integers(0, 30, cell.counts.shape).astype(float)
+    new = replace(cell, counts=counts, correct=rng.binomial(counts.astype(int), 0.3).astype(float),
+                  confusion=rng.integers(1, 50, (2, 2)).astype(float))
+    return new if keep_inputs else replace(new, pred=counts.sum(axis=1), conf_sum=rng.uniform(0, counts.sum()))
+
+
+def test_policy_estimates_read_no_label_of_their_period_or_later():
+    """E[i, t] (one period ahead, method chosen causally): poison every label of periods >= t,
+    everything of later periods and later cutoffs, and no E[:, t] nor any choice up to t changes."""
+    rng = np.random.default_rng(5)
+    ms = scores(rng)
+    clean = backtest.run(ms, reference="previous")
+    assert np.isfinite(clean.causal[:, 0, 1:]).all()
+    for t in range(1, K):
+        values = ms.values.copy()
+        values[:, t:, :] = rng.uniform(-1e6, 1e6, values[:, t:, :].shape)
+        values[:, :, t:] = rng.uniform(-1e6, 1e6, values[:, :, t:].shape)
+        cells = [[[c if (r < t and col < t) else relabelled(rng, c, keep_inputs=r < t and col == t)
+                   for col, c in enumerate(row)] for r, row in enumerate(seed)] for seed in ms.stats]
+        xs = [x if k <= t else rng.normal(50, 9, x.shape) for k, x in enumerate(ms.inputs.x)]
+        poisoned = replace(ms, values=values, stats=cells, inputs=SliceInputs(xs, ms.inputs.test))
+        got = backtest.run(poisoned, reference="previous")
+        assert got.chosen[:t + 1] == clean.chosen[:t + 1]
+        np.testing.assert_array_equal(got.causal[:, :t, t], clean.causal[:, :t, t])
+
+
+def _shift_case(rng, label_share, moved_share, n=400):
+    """One seed whose held-out cells have balanced labels and whose future cells (i, j) have a
+    share ``label_share[j]`` of class 1 (a pure label shift: outputs depend on the class only)
+    and a share ``moved_share[j]`` of rows predicted as class 1 whatever their label (a covariate
+    shift that moves the predictions, not the labels)."""
+    K = len(label_share)
+    values, n_eval = np.zeros((1, K, K)), np.zeros((1, K, K))
+    cells = [[[None] * K for _ in range(K)]]
+    for i in range(K):
+        for j in range(K):
+            y = (np.arange(n) < n * (0.5 if j <= i else label_share[j])).astype(int)
+            logits, _ = class_conditional(rng, y)
+            if j > i:
+                moved = rng.random(n) < moved_share[j]
+                logits[moved] = logits_for(np.ones(moved.sum(), int), np.full(moved.sum(), 0.9))
+            c = stats(logits, y)
+            cells[0][i][j], values[0, i, j], n_eval[0, i, j] = c, 100 * c.accuracy, n
+    return ModelScores("M", [str(k) for k in range(K)], [0], values, n_eval, cells,
+                       [tuple(range(i + 1)) for i in range(K)])
+
+
+def test_the_label_shift_flag_is_calibrated_on_earlier_periods_and_does_not_cry_wolf():
+    rng = np.random.default_rng(11)
+    K = 9
+    # no label shift, but predictions moved by a covariate shift of varying size (as in a season)
+    calm = _shift_case(rng, [0.5] * K, [0.0, 0.35, 0.1, 0.3, 0.05, 0.25, 0.3, 0.15, 0.2])
+    bt = backtest.run(calm)
+    s = bt.summary
+    assert s["n_label_shift_cells"] == 0 and s["n_flagged_uncalibrated"] >= 20  # the old rule cries wolf
+    # period 1 (no labelled period before it: the raw threshold) and at most one cell after it
+    assert bt.flagged[0, 0, 1] and bt.flagged[..., 2:].sum() <= 1 and s["n_flagged_shift_cells"] <= 2
+    assert s["label_shift_flag_threshold"] > 0.3  # what a new period is flagged above
+    # a real label shift from period 5 on, the same covariate noise: flagged where it is
+    shifted = _shift_case(rng, [0.5] * 5 + [0.95] * 4, [0.0, 0.35, 0.1, 0.3, 0.05, 0.25, 0.3, 0.15, 0.2])
+    bt = backtest.run(shifted)
+    s = bt.summary
+    assert s["n_label_shift_cells"] == 5 + 6 + 7 + 8
+    assert s["n_flagged_with_label_shift"] >= 0.8 * s["n_label_shift_cells"]
+    assert s["n_flagged_shift_cells"] - s["n_flagged_with_label_shift"] <= 2
+    assert (bt.flagged == (bt.flagged & backtest.future_cells(bt.truth))).all()
+    # the threshold: the largest estimated shift among cells without a measured one, never below it
+    est, measured = np.array([0.3, 0.05, 0.4, 0.25]), np.array([0.0, 0.5, 0.3, 0.02])
+    assert backtest.flag_threshold(est, measured, np.ones(4, bool), 0.1) == 0.3
+    assert backtest.flag_threshold(est, measured, np.array([False, True, True, False]), 0.1) == 0.1
+
+
+def test_the_flag_is_calibrated_on_every_model_of_the_dataset():
+    """The models of one dataset share its labels: a shift BBSE reported for one of them where
+    the labels did not move raises the threshold for all of them from the next period on."""
+    K = 5
+    truth = np.where(np.triu(np.ones((K, K)), 1) > 0, 80.0, np.nan)[None]
+
+    def with_fake_shift_from(t):
+        est = np.where(np.arange(K) >= t, 0.4, 0.0) * np.ones((1, K, K))
+        return backtest.Backtest("m", truth, {}, {}, {}, truth * np.nan, np.zeros((1, K, K)), est, {})
+
+    a, b = with_fake_shift_from(2), with_fake_shift_from(3)
+    backtest.calibrate_flags([b], 0.1)
+    assert b.flagged[0, :3, 3].all() and b.flagged.sum() == 3  # alone, period 3 is the first it sees
+    backtest.calibrate_flags([a, b], 0.1)
+    assert a.flagged[0, :2, 2].all() and a.flagged.sum() == 2 and not b.flagged.any()
+    assert a.flag_taus == b.flag_taus == [0.1, 0.1, 0.1, 0.4, 0.4, 0.4]
+
+
+@pytest.mark.parametrize("metric, higher", [("log_loss", False), ("balanced_accuracy", True)])
+def test_a_metric_other_than_accuracy_gets_the_matrix_methods_only(metric, higher):
+    """The confidence methods estimate accuracy: for another metric (evaluation.metric) the
+    backtest has carry-forward and trend, chosen causally like any others, and no noise floor."""
+    ms = scores(np.random.default_rng(3))
+    values = 100 - ms.values if metric == "log_loss" else ms.values  # log loss: lower is better
+    bt = backtest.run(replace(ms, values=values, metric=metric, higher_is_better=higher))
+    s = bt.summary
+    assert {m for m in backtest.METHODS if m in s} == {"carry-forward", "trend"} and s["noise_floor"] is None
+    assert set(s["chosen_methods"].values()) <= {"carry-forward", "trend"} and s["causal_mae"] > 0
+    assert s["n_flagged_shift_cells"] == 0 and np.isfinite(bt.causal[backtest.future_cells(values)]).all()

@@ -41,24 +41,35 @@ def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, 
     K, S = 4, 2
     for model, s in backtest.items():
         assert s["noise_floor"] > 0 and s["n_future_cells"] == S * K * (K - 1) // 2
-        assert s["best_method"] in METHODS
+        assert s["hindsight_method"] in METHODS
         for m in METHODS:
             assert {"mae", "bias", "n_cells", "mae_label_shift", "mae_no_label_shift", "rho"} <= set(s[m])
         # the same cells one period ahead: carry-forward is now M[i, j - 1], not M[i, i]
         ahead = s["previous_period"]
-        assert ahead["best_method"] in METHODS and ahead["carry-forward"]["n_cells"] == s["n_future_cells"]
+        assert ahead["hindsight_method"] in METHODS and ahead["carry-forward"]["n_cells"] == s["n_future_cells"]
         assert ahead["carry-forward"]["mae"] != s["carry-forward"]["mae"]
         doc = json.loads((out / f"{model}.json").read_text())
         est = np.array(doc["methods"]["AC"]["estimate"], dtype=float)
         assert est.shape == (S, K, K) and np.isnan(est[:, np.tril_indices(K)[0], np.tril_indices(K)[1]]).all()
         assert np.isfinite(est[:, 0, 1:]).all()
-    assert set(json.loads(metrics.read_text())["MLP-S"]) >= {"noise_floor", "best_mae", "mae_trend", "mae_AC",
-                                                             "best_mae_previous_period"}
+        # the retraining policies' E: one period ahead, the method chosen for each period from earlier ones
+        E = np.array(doc["policy_estimates"], dtype=float)
+        assert E.shape == (S, K, K) and np.isnan(E[:, np.tril_indices(K)[0], np.tril_indices(K)[1]]).all()
+        assert np.isfinite(E[:, np.triu_indices(K, 1)[0], np.triu_indices(K, 1)[1]]).all()
+        assert list(s["chosen_methods"]) == doc["slices"][1:] and s["chosen_methods"][doc["slices"][1]] == "carry-forward"
+        assert ahead["trusted_method"] in METHODS and ahead["causal_mae"] >= ahead[ahead["hindsight_method"]]["mae"]
+        # period t = 1: carry-forward (no evidence), and from the held-out rows (both references agree)
+        assert E[:, 0, 1] == pytest.approx(np.array(doc["truth"], dtype=float)[:, 0, 0])
+    dvc = json.loads(metrics.read_text())
+    assert set(dvc["MLP-S"]) >= {"noise_floor", "best_mae", "mae_trend", "mae_AC", "best_mae_previous_period"}
+    assert dvc["MLP-S"]["best_mae"] == backtest["MLP-S"]["causal_mae"]
+    assert dvc["MLP-S"]["best_mae_previous_period"] == backtest["MLP-S"]["previous_period"]["causal_mae"]
     csv = (out / "backtest.csv").read_text()
     assert "MLP-S,window,carry-forward," in csv and "MLP-S,previous,carry-forward," in csv
     exp_id = configure(params.tracking)
     runs = MlflowClient().search_runs([exp_id], filter_string="tags.kind = 'estimates'")
-    assert len(runs) == 1 and {"MLP-S.trend.mae", "MLP-S.previous_period.trend.mae"} <= set(runs[0].data.metrics)
+    assert len(runs) == 1 and {"MLP-S.trend.mae", "MLP-S.previous_period.trend.mae", "MLP-S.causal_mae",
+                               "MLP-S.previous_period.causal_mae"} <= set(runs[0].data.metrics)
 
     from driftmatrix import report
 
@@ -71,6 +82,19 @@ def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, 
     assert len(runs) == 2 and runs[0].data.metrics == runs[1].data.metrics
     logged = {a.path for a in MlflowClient().list_artifacts(runs[0].info.run_id, "estimates")}
     assert {"estimates/backtest.json", "estimates/backtest.csv", "estimates/MLP-S.json"} <= logged
+
+
+def test_score_docs_and_matrices_carry_each_units_training_seconds(finished):
+    """The evaluate stage copies each unit record's measured seconds into its score doc, and the
+    matrices stage lays them out per (seed, cutoff): the cost side of a retraining policy."""
+    from driftmatrix.checkpoints import CheckpointStore
+    from driftmatrix.evaluation import ScoreStore
+
+    params, paths, tmp = finished
+    store, ckpts = ScoreStore(paths.scores, "MLP-S"), CheckpointStore(paths.checkpoints, "MLP-S")
+    assert store.keys() and all(store.read(k)["seconds"] == ckpts.record(k)["seconds"] > 0 for k in store.keys())
+    doc = json.loads((paths.matrices / "MLP-S.json").read_text())
+    assert doc["seconds"] == [[ckpts.record(k)["seconds"] for k in row] for row in doc["unit_keys"]]
 
 
 def new_year_without_labels(params, tmp):

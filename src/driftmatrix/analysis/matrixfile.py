@@ -68,7 +68,7 @@ def from_dict(d: dict) -> DriftMatrices:
 
 
 #: Provenance kept beside the published fields (written when the matrices stage sets them).
-PROVENANCE = ("window", "precision", "stale", "missing_cells", "n_eval", "unit_keys")
+PROVENANCE = ("window", "precision", "stale", "missing_cells", "n_eval", "unit_keys", "seconds")
 
 
 def to_dict(m: DriftMatrices) -> dict:

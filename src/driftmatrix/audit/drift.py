@@ -12,7 +12,8 @@ Matrix convention (same as model drift matrices): ``M[i, j]`` compares slice ``i
 - Covariate shift, vectors (downsampled pixels, cached features): squared MMD (biased
   V-statistic) with an RBF kernel ``exp(-d^2 / (2 sigma^2))``, ``sigma`` = median pairwise
   Euclidean distance of a pooled subsample of all slices (median heuristic, one bandwidth for the
-  whole matrix so cells are comparable), and a permutation p-value ``(1 + #{perm >= obs}) / (1 + P)``.
+  whole matrix so cells are comparable), and a permutation p-value ``(1 + #{perm >= obs}) / (1 + P)``;
+  between each cutoff's pooled training window and every later slice (:func:`window_mmd`).
 """
 
 from __future__ import annotations
@@ -172,6 +173,30 @@ def mmd_matrix(samples: Sequence[np.ndarray], max_n: int = 300, permutations: in
                 mmd[i, j], pval[i, j] = mmd2_test(subs[i], subs[j], sigma, permutations, rng)
                 mmd[j, i], pval[j, i] = mmd[i, j], pval[i, j]
     return mmd, pval, sigma
+
+
+def window_mmd(x: np.ndarray, slice_ids: np.ndarray, k: int, max_n: int = 300,
+               seed: int = 0) -> tuple[np.ndarray, float]:
+    """(K x K squared MMD, biased as :func:`mmd2_test`'s, between the pooled window of slices
+    0..r (row r) and slice t (column t), r < t, NaN elsewhere; bandwidth). Each window and slice
+    is drawn once, at most ``max_n`` rows with ``seed`` (a window's uniformly over its pooled
+    rows); one median-heuristic bandwidth for the whole matrix."""
+    rng = np.random.default_rng(seed)
+    order = np.argsort(slice_ids, kind="stable")
+    x, ends = np.asarray(x)[order], np.searchsorted(np.asarray(slice_ids)[order], np.arange(k), side="right")
+    out = np.full((k, k), np.nan)
+    if not len(x):
+        return out, float("nan")
+    sigma = median_bandwidth(subsample(x, 1000, rng))
+    kernel = lambda a, b: float(np.exp(-sq_distances(a, b) / (2.0 * sigma * sigma)).mean())  # noqa: E731
+    draw = lambda rows: subsample(rows, max_n, rng).astype(np.float32) if len(rows) else None  # noqa: E731
+    wins = [draw(x[:ends[r]]) for r in range(k)]
+    periods = [draw(x[ends[t - 1]:ends[t]]) if t else None for t in range(k)]
+    own = {id(a): kernel(a, a) for a in wins + periods if a is not None}
+    for r, t in zip(*np.triu_indices(k, 1)):
+        if wins[r] is not None and periods[t] is not None:
+            out[r, t] = max(own[id(wins[r])] + own[id(periods[t])] - 2.0 * kernel(wins[r], periods[t]), 0.0)
+    return out, sigma
 
 
 # --- data drift vs model decay ----------------------------------------------------------------

@@ -4,7 +4,9 @@ Reads only the slices and the validation results: the audit runs before any mode
 Data drift against model decay needs the model matrices, so the report stage draws it
 (:mod:`driftmatrix.reporting.drift_decay`) from ``drift.json`` and ``outputs/matrices``.
 
-Writes under ``outputs/audit/``: ``drift.json`` (everything), one CSV per K x K matrix
+Writes under ``outputs/audit/``: ``drift.json`` (everything; ``window_drift``: the retraining
+policies' drift statistic D[r, t] between the pooled training window of slices 0..r and period t,
+also as ``window_drift.csv``), one CSV per K x K matrix
 (``<measure>.csv``, ``<measure>_pvalue.csv`` for MMD), ``prevalence.csv``, ``plots/label_drift.csv``
 and ``plots/prevalence.csv`` (DVC plots), ``figures/*.png`` and ``report.html``.
 """
@@ -128,6 +130,7 @@ class Audit:
     n: np.ndarray
     measures: list[Measure]
     features: dict[str, Any] = field(default_factory=dict)  # feature tables: per-feature drift (feature_drift)
+    window: Measure | None = None  # training window 0..r vs period t (window_drift)
 
     @property
     def prevalence(self) -> np.ndarray:
@@ -140,7 +143,10 @@ class Audit:
                                        "pvalues": _json_matrix(ms.pvalues),
                                        "higher_is_more_drift": ms.higher_is_more_drift,
                                        "mean_future": _mean_future(ms.values), **ms.info} for ms in self.measures},
-                **({"features": self.features} if self.features else {})}
+                **({"features": self.features} if self.features else {}),
+                "window_drift": None if self.window is None else {
+                    "title": self.window.title, "unit": self.window.unit, "values": _json_matrix(self.window.values),
+                    **self.window.info}}
 
 
 def compute(slices: Slices, cfg: AuditConfig) -> Audit:
@@ -152,7 +158,31 @@ def compute(slices: Slices, cfg: AuditConfig) -> Audit:
     if meta.features:
         per_feature, feature_measures = feature_drift(slices, cfg)
         measures += feature_measures
-    return Audit(meta.name, meta.task, slices.labels, axis_names(meta, levels), counts, n, measures, per_feature)
+    return Audit(meta.name, meta.task, slices.labels, axis_names(meta, levels), counts, n, measures, per_feature,
+                 window_drift(slices, cfg))
+
+
+def window_drift(slices: Slices, cfg: AuditConfig) -> Measure | None:
+    """MMD² between each cutoff's pooled training window (slices 0..r) and every later period t,
+    on the audit's vectors: the first ``audit.features`` file (embeddings), else the pixels, else
+    the numeric feature columns (standardised, missing at the median); None for text without them."""
+    rows, meta = slices.rows, slices.meta
+    if cfg.features:
+        x, what = np.load(cfg.features[0], mmap_mode="r", allow_pickle=False), f"features {Path(cfg.features[0]).stem}"
+        x = np.asarray(x, dtype=np.float32).reshape(len(x), -1)
+    elif slices.images is not None:
+        x, what = drift.downsample_images(slices.images, cfg.image_size), f"{cfg.image_size}x{cfg.image_size} pixels"
+    elif meta.numeric:
+        from driftmatrix.data.table import feature_column
+        from driftmatrix.estimate.domain import table_features
+
+        x = table_features(np.column_stack([rows[feature_column(f)].to_numpy(dtype=float) for f in meta.numeric]))
+        x, what = (x - x.mean(axis=0)) / np.where(x.std(axis=0) > 0, x.std(axis=0), 1.0), "numeric features, standardised"
+    else:
+        return None
+    values, sigma = drift.window_mmd(x, rows["slice"].to_numpy(), len(slices.specs), cfg.mmd_samples, cfg.seed)
+    return Measure("window_drift", f"Covariate shift: MMD between the training window up to i and period j, on {what}",
+                   "MMD^2", values, info={"features": what, "bandwidth": sigma, "max_samples": cfg.mmd_samples})
 
 
 def feature_drift(slices: Slices, cfg: AuditConfig) -> tuple[dict[str, Any], list[Measure]]:
@@ -193,7 +223,7 @@ def write_tables(audit: Audit, out: Path) -> None:
     """Matrix CSVs, prevalence, DVC plot CSVs and drift.json."""
     labels, k = audit.labels, len(audit.labels)
     (out / "plots").mkdir(parents=True, exist_ok=True)
-    for ms in audit.measures:
+    for ms in audit.measures + ([audit.window] if audit.window else []):
         _frame(ms.values, labels).to_csv(out / f"{ms.name}.csv")
         if ms.pvalues is not None:
             _frame(ms.pvalues, labels).to_csv(out / f"{ms.name}_pvalue.csv")

@@ -8,6 +8,11 @@ the only place that decides what an estimate may see, and tests/estimate poison 
 and those of period j (:class:`driftmatrix.estimate.domain.SliceInputs`), never their labels.
 The same cells are also estimated one period ahead (``reference="previous"``): from the history
 up to period j - 1, with the unit's labelled cell of period j - 1 as the reference.
+
+The method a user trusts for period t is chosen causally (:func:`causal_choice`): the lowest MAE
+over the future cells of the periods before t. ``causal_mae`` is that choice's error; each
+method's own MAE over all cells is in hindsight, descriptive. BBSE's label-shift flag is
+calibrated the same way, on the labelled cells of earlier periods (:func:`calibrate_flags`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ import numpy as np
 
 from driftmatrix.estimate.cells import CellStats, pooled
 from driftmatrix.estimate.domain import SliceInputs, WeightCache
-from driftmatrix.estimate.methods import CAP_SLACK, METHODS, Estimate, estimate_all, total_variation
+from driftmatrix.estimate.methods import CAP_SLACK, METHODS, SHIFT_ALPHA, Estimate, estimate_all, total_variation
+from driftmatrix.tasks import METRICS as METRICS_BY_KEY
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,7 @@ def estimate_from_history(known: ModelScores, s: int, i: int, lag: int, target: 
     caller already has them (:func:`reference_stats`)."""
     t = i if latest is None else latest
     confidence = known.metric == "accuracy"
-    bounded = (0.0, 100.0) if known.metric in ("accuracy", "macro_auc") else None
+    bounded = (0.0, 100.0) if getattr(METRICS_BY_KEY.get(known.metric), "unit", "") == "%" else None
     source = (source or reference_stats(known, s, i, t)) if confidence else None
     weights = (held_out_weights(known, i, target_x, period, cache)
                if confidence and t == i and "IW-inputs" in methods else None)
@@ -159,10 +165,18 @@ class Backtest:
     lo: dict[str, np.ndarray]
     hi: dict[str, np.ndarray]
     noise: np.ndarray  # per-cell binomial noise (accuracy only; NaN otherwise)
-    label_shift: np.ndarray  # measured TV between the cell's labels and the held-out labels
-    estimated_shift: np.ndarray  # BBSE's TV from predictions only where it is flagged (else 0)
+    label_shift: np.ndarray  # measured TV between the cell's labels and the reference's labels
+    estimated_shift: np.ndarray  # BBSE's TV from predictions where they moved significantly (else 0)
     low_ess: dict[str, np.ndarray]  # per IW method, its low-ESS flag per cell
     summary: dict[str, Any] = field(default_factory=dict)
+    causal: np.ndarray | None = None  # (S, K, K): each cell by the method chosen for its period
+    chosen: list[str] = field(default_factory=list)  # per period t, that method (then: the next period's)
+    flag_taus: list[float] = field(default_factory=list)  # per period t = 0..K, BBSE's calibrated flag threshold
+
+    @property
+    def flagged(self) -> np.ndarray:
+        """(S, K, K): the future cells of each period t whose BBSE shift exceeds t's threshold."""
+        return future_cells(self.truth) & (self.estimated_shift > np.asarray(self.flag_taus[:-1]))
 
     def error(self, method: str) -> np.ndarray:
         return np.abs(self.estimates[method] - self.truth)
@@ -206,7 +220,7 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
                     if e.lo is not None:
                         lo[name][s, i, j], hi[name][s, i, j] = e.lo, e.hi
                     if name == "BBSE":
-                        est_shift[s, i, j] = e.flags["label_shift_tv"] if e.flags["label_shift"] else 0.0
+                        est_shift[s, i, j] = e.flags["label_shift_tv"] * (e.flags["label_shift_p"] < SHIFT_ALPHA)
                     if name in low_ess:
                         low_ess[name][s, i, j] = float(e.flags["low_ess"])
                 if ms.metric == "accuracy":
@@ -216,8 +230,56 @@ def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, me
                     p = source.label_counts / max(source.n, 1)
                     shift[s, i, j] = total_variation(p, target.label_counts / max(target.n, 1))
     bt = Backtest(ms.model, ms.values, est, lo, hi, noise, shift, est_shift, low_ess)
+    bt.chosen, bt.causal = causal_choice(est, ms.values)
+    calibrate_flags([bt], shift_threshold)
     bt.summary = {**summarize(bt, ms, shift_threshold), "cap_slack": cap_slack, "reference": reference}
     return bt
+
+
+def future_cells(truth: np.ndarray) -> np.ndarray:
+    """(S, K, K) bool: the scored cells j > i."""
+    return np.isfinite(truth) & np.triu(np.ones(truth.shape[-2:], dtype=bool), 1)
+
+
+def causal_choice(estimates: dict[str, np.ndarray], truth: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """Per period t = 0..K (K: the next, unlabelled one), the method a user could trust before t's
+    labels: the lowest MAE over the future cells of periods < t (every seed), among the methods
+    that estimate all of them (ties: the earlier in ``estimates``' order); before any such cell,
+    the first method (carry-forward). Returns those K + 1 names and the (S, K, K) estimates they
+    give (each cell (i, t) by period t's method; carry-forward where it has none)."""
+    names = list(estimates)
+    err = np.stack([np.abs(estimates[m] - truth) for m in names])
+    future = future_cells(truth)
+    chosen, out = [], np.full(truth.shape, np.nan)
+    for t in range(truth.shape[-1] + 1):
+        seen = err[:, future & (np.arange(truth.shape[-1]) < t)]  # (methods, cells of periods < t)
+        mae = np.where(np.isfinite(seen).all(axis=1), seen.mean(axis=1), np.inf) if seen.shape[1] else [0.0]
+        chosen.append(names[int(np.argmin(mae))])
+        if t < truth.shape[-1]:
+            out[..., t] = np.where(np.isnan(estimates[chosen[-1]][..., t]), estimates[names[0]][..., t],
+                                   estimates[chosen[-1]][..., t])
+    return chosen, np.where(future, out, np.nan)
+
+
+def flag_threshold(estimated: np.ndarray, measured: np.ndarray, cells: np.ndarray, threshold: float) -> float:
+    """BBSE's flag calibrated on labelled cells: the smallest estimated shift (at least
+    ``threshold``) above which no cell of ``cells`` whose measured label shift is at most
+    ``threshold`` would have been flagged (``estimated``: 0 where the predictions did not move
+    significantly)."""
+    calm = cells & np.isfinite(measured) & np.isfinite(estimated) & (measured <= threshold)
+    return max(threshold, float(estimated[calm].max()) if calm.any() else threshold)
+
+
+def calibrate_flags(bts: Sequence[Backtest], threshold: float) -> None:
+    """Set each backtest's ``flag_taus``: for period t, :func:`flag_threshold` over the future
+    cells of periods < t of all of ``bts`` (the models of one dataset and reference: their labels
+    are the same, and a shift BBSE reports for any of them without one is a false alarm)."""
+    est, measured, future = (np.concatenate([f(bt) for bt in bts]) for f in (
+        lambda b: b.estimated_shift, lambda b: b.label_shift, lambda b: future_cells(b.truth)))
+    cols = np.arange(future.shape[-1])
+    taus = [flag_threshold(est, measured, future & (cols < t), threshold) for t in range(future.shape[-1] + 1)]
+    for bt in bts:
+        bt.flag_taus = taus
 
 
 def _mae(err: np.ndarray, mask: np.ndarray) -> float | None:
@@ -257,14 +319,13 @@ def column_rho(est: np.ndarray, truth: np.ndarray) -> dict[int, float]:
 
 
 def summarize(bt: Backtest, ms: ModelScores, shift_threshold: float) -> dict[str, Any]:
-    """``{"noise_floor", "noise_floor_by_seed", "n_future_cells", method: {mae, bias, n_cells,
-    coverage, rho, mae_by_seed, mae_label_shift, mae_no_label_shift, ...}, "best_method"}``."""
-    S, K = bt.truth.shape[0], bt.truth.shape[-1]
-    future = np.zeros((S, K, K), dtype=bool)
-    future[:, np.triu_indices(K, 1)[0], np.triu_indices(K, 1)[1]] = True
-    future &= np.isfinite(bt.truth)
+    """``{"noise_floor", "noise_floor_by_seed", "n_future_cells", "causal_mae", "chosen_methods",
+    "trusted_method", label-shift flag counts, method: {mae, bias, n_cells, coverage, rho, mae_by_seed,
+    mae_label_shift, mae_no_label_shift, ...}, "hindsight_method"}``."""
+    future = future_cells(bt.truth)
     big = future & (bt.label_shift > shift_threshold)
-    flagged = future & (bt.estimated_shift > shift_threshold)
+    flagged = future & bt.flagged
+    causal_err = np.abs(bt.causal - bt.truth)
     floor = bt.noise[future]
     out: dict[str, Any] = {
         "noise_floor": round(float(np.nanmean(floor)), 4) if np.isfinite(floor).any() else None,
@@ -272,8 +333,13 @@ def summarize(bt: Backtest, ms: ModelScores, shift_threshold: float) -> dict[str
                                             if np.isfinite(bt.noise[s][future[s]]).any() else None)
                                 for s, seed in enumerate(ms.seeds)},
         "n_future_cells": int(future.sum()), "n_label_shift_cells": int(big.sum()),
-        "n_flagged_shift_cells": int(flagged.sum()),
-        "label_shift_threshold": shift_threshold, "metric": ms.metric}
+        "n_flagged_shift_cells": int(flagged.sum()), "n_flagged_with_label_shift": int((flagged & big).sum()),
+        "n_flagged_uncalibrated": int((future & (bt.estimated_shift > shift_threshold)).sum()),
+        "label_shift_flag_threshold": round(bt.flag_taus[-1], 4),
+        "label_shift_threshold": shift_threshold, "metric": ms.metric,
+        "causal_mae": _mae(causal_err, future),
+        "causal_mae_by_seed": {str(seed): _mae(causal_err[s], future[s]) for s, seed in enumerate(ms.seeds)},
+        "chosen_methods": {ms.slices[t]: bt.chosen[t] for t in range(1, ms.K)}, "trusted_method": bt.chosen[-1]}
     for name, e in bt.estimates.items():
         err, have = np.abs(e - bt.truth), future & np.isfinite(e)
         if not have.any():
@@ -296,5 +362,5 @@ def summarize(bt: Backtest, ms: ModelScores, shift_threshold: float) -> dict[str
         out[name] = rec
     full = [m for m in bt.estimates if m in out and out[m]["n_cells"] == out["n_future_cells"]]
     if full:
-        out["best_method"] = min(full, key=lambda m: out[m]["mae"])
+        out["hindsight_method"] = min(full, key=lambda m: out[m]["mae"])
     return out

@@ -3,12 +3,13 @@ drift matrices and write ``outputs/estimates/`` and the DVC metrics ``metrics/es
 its MLflow run ``estimates · <dataset>`` is logged by the report stage (:func:`log_folder`),
 which starts MLflow anyway, or here with ``driftmatrix backtest --track``.
 
-Files: ``backtest.json`` (``{model: {"noise_floor", "best_method", method: {mae, bias, n_cells,
-coverage, rho, ...}, "previous_period": {"best_method", method: {mae, bias, n_cells, ...}}}}``:
-the issue's backtest as at cutoff i, and the same cells estimated one period ahead from the
-unit's labelled period j - 1), ``<model>.json`` (per method the seed-level estimated matrix over
-the future cells as at cutoff i, its interval where it has one, and |estimate - M|) and
-``backtest.csv`` (one row per model, reference and method).
+Files: ``backtest.json`` (``{model: {"noise_floor", "causal_mae", "chosen_methods", "trusted_method",
+"hindsight_method", method: {mae, bias, n_cells, coverage, rho, ...}, "previous_period": {the
+same, one period ahead}}}``: the issue's backtest as at cutoff i, and the same cells estimated
+one period ahead from the unit's labelled period j - 1), ``<model>.json`` (per method the
+seed-level estimated matrix over the future cells as at cutoff i, its interval where it has one,
+and |estimate - M|; ``policy_estimates``: each cell one period ahead by the causally chosen
+method, the retraining policies' E) and ``backtest.csv`` (one row per model, reference and method).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from driftmatrix.config import Params, estimate_config
+from driftmatrix.config import Params, estimate_config, evaluation_metric
 from driftmatrix.estimate import backtest
 from driftmatrix.estimate.backtest import Backtest, ModelScores
 from driftmatrix.estimate.cells import from_doc
@@ -64,7 +65,7 @@ def load_model(params: Params, model: str, manifest: Mapping[str, Any], scores_d
             stats[s][i][cell.j] = from_doc((cells.get(cell.key) or {}).get("stats"))
     if np.isnan(values).all():
         return None
-    metric = metric_for(DatasetMeta.from_dict(manifest["dataset"]).task)
+    metric = metric_for(DatasetMeta.from_dict(manifest["dataset"]).task, evaluation_metric(params))
     return ModelScores(model, list(plan.labels), list(plan.seeds), values, n_eval, stats,
                        [plan.unit(plan.seeds[0], i).window for i in range(K)], metric.higher_is_better,
                        metric.key, plan.units[0].family)
@@ -76,30 +77,41 @@ def from_matrices(m) -> ModelScores:
     the noise floor only where the matrices record ``n_eval``. Cumulative windows are assumed."""
     S, K = m.seed_values.shape[0], len(m.slices)
     n = np.asarray(m.extra.get("n_eval", np.full((K, K), np.nan)), dtype=float)
-    metric = {"accuracy": "accuracy", "macro auc": "macro_auc"}.get(m.metric.lower(), m.metric.lower())
+    from driftmatrix.tasks import METRICS
+
+    metric = next((k for k, v in METRICS.items() if v.name.lower() == m.metric.lower()), m.metric.lower())
     return ModelScores(m.model, list(m.slices), list(m.seeds or range(S)), np.asarray(m.seed_values, dtype=float),
                        np.broadcast_to(n, (S, K, K)).copy(), [[[None] * K for _ in range(K)] for _ in range(S)],
                        [tuple(range(i + 1)) for i in range(K)], m.higher_is_better, metric, m.family)
 
 
-#: What ``previous_period`` keeps of the one-period-ahead backtest's summary, per method.
+#: What ``previous_period`` keeps of the one-period-ahead backtest's summary, per method (and all the rest).
 PREVIOUS_KEYS = ("mae", "bias", "n_cells", "mae_by_seed", "coverage", "rho")
 
 
-def backtest_model(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1,
-                   cap_slack: float = CAP_SLACK, cache: WeightCache | None = None) -> tuple[Backtest, dict[str, Any]]:
-    """Both backtests of one model: as at cutoff i (the Backtest, and the summary's top level)
-    and one period ahead (the summary's ``previous_period``: per method its MAE, bias and cells,
-    and its ``best_method``; only methods that estimate every future cell that way: IW-inputs
-    needs held-out rows and has no estimate from a later period). ``cache``: domain weights
-    shared with the dataset's other models."""
-    bt = backtest.run(ms, min_ess, shift_threshold, cap_slack=cap_slack, cache=cache, reference="window")
-    ahead = backtest.run(ms, min_ess, shift_threshold, cap_slack=cap_slack, cache=cache, reference="previous").summary
-    previous = {m: {k: ahead[m][k] for k in PREVIOUS_KEYS if k in ahead[m]} for m in METHODS
-                if m in ahead and ahead[m]["n_cells"] == ahead["n_future_cells"]}
-    if "best_method" in ahead:
-        previous["best_method"] = ahead["best_method"]
-    return bt, {**bt.summary, "previous_period": previous}
+def backtest_models(models: Mapping[str, ModelScores], min_ess: float = 30.0, shift_threshold: float = 0.1,
+                    cap_slack: float = CAP_SLACK, cache: WeightCache | None = None
+                    ) -> dict[str, tuple[Backtest, Backtest, dict[str, Any]]]:
+    """Both backtests of each model of one dataset, as at cutoff i (the summary's top level) and
+    one period ahead (the summary's ``previous_period``: per method its MAE, bias and cells, only
+    methods that estimate every future cell that way: IW-inputs needs held-out rows and has no
+    estimate from a later period; its causal choice and label-shift flag), BBSE's flag calibrated
+    on every model's cells per reference (``backtest.calibrate_flags``). ``cache``: domain weights
+    shared by the models."""
+    runs = {name: [backtest.run(ms, min_ess, shift_threshold, cap_slack=cap_slack, cache=cache, reference=r)
+                   for r in backtest.REFERENCES] for name, ms in models.items()}
+    for k in range(len(backtest.REFERENCES)):
+        backtest.calibrate_flags([r[k] for r in runs.values()], shift_threshold)
+        for name, r in runs.items():
+            r[k].summary.update(backtest.summarize(r[k], models[name], shift_threshold))
+    out = {}
+    for name, (bt, ahead_bt) in runs.items():
+        ahead = ahead_bt.summary
+        previous = {m: {k: ahead[m][k] for k in PREVIOUS_KEYS if k in ahead[m]} for m in METHODS
+                    if m in ahead and ahead[m]["n_cells"] == ahead["n_future_cells"]}
+        previous.update({k: v for k, v in ahead.items() if k not in METHODS})
+        out[name] = bt, ahead_bt, {**bt.summary, "previous_period": previous}
+    return out
 
 
 def run_matrices(folder: str | Path, out_dir: str | Path, shift_threshold: float = 0.1) -> dict[str, dict[str, Any]]:
@@ -109,11 +121,10 @@ def run_matrices(folder: str | Path, out_dir: str | Path, shift_threshold: float
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    models = {name: from_matrices(m) for name, m in matrixfile.load_folder(folder).items()}
     summaries = {}
-    for name, m in matrixfile.load_folder(folder).items():
-        ms = from_matrices(m)
-        bt, summaries[name] = backtest_model(ms, shift_threshold=shift_threshold)
-        (out_dir / f"{name}.json").write_text(json.dumps(model_doc(ms, bt)))
+    for name, (bt, ahead, summaries[name]) in backtest_models(models, shift_threshold=shift_threshold).items():
+        (out_dir / f"{name}.json").write_text(json.dumps(model_doc(models[name], bt, ahead)))
     (out_dir / "backtest.json").write_text(json.dumps(summaries, indent=2))
     (out_dir / "backtest.csv").write_text(csv_rows(summaries))
     return summaries
@@ -136,9 +147,12 @@ def _nested(a: np.ndarray):
     return [_nested(x) for x in a]
 
 
-def model_doc(ms: ModelScores, bt: Backtest) -> dict[str, Any]:
+def model_doc(ms: ModelScores, bt: Backtest, ahead: Backtest) -> dict[str, Any]:
     """``<model>.json``: per method the estimated matrices (S, K, K), intervals, errors and the
-    seed-mean error matrix; NaN (null) outside the future cells."""
+    seed-mean error matrix; NaN (null) outside the future cells. ``policy_estimates`` (S, K, K):
+    cell (i, t) estimated one period ahead (``ahead``) by the method chosen from periods < t, what
+    a retraining policy knows of the deployed model i at the end of period t with labels up to
+    t - 1 (label delay 0 or 1)."""
     methods = {}
     for name, est in bt.estimates.items():
         if not np.isfinite(est).any():
@@ -153,7 +167,8 @@ def model_doc(ms: ModelScores, bt: Backtest) -> dict[str, Any]:
         methods[name] = entry
     return {"model": ms.model, "family": ms.family, "slices": list(ms.slices), "seeds": list(ms.seeds),
             "metric": ms.metric, "truth": _nested(ms.values), "label_shift": _nested(bt.label_shift),
-            "estimated_label_shift": _nested(bt.estimated_shift), "methods": methods, "summary": bt.summary}
+            "estimated_label_shift": _nested(bt.estimated_shift), "methods": methods, "summary": bt.summary,
+            "policy_estimates": _nested(ahead.causal)}
 
 
 def csv_rows(backtests: Mapping[str, Mapping[str, Any]]) -> str:
@@ -170,15 +185,13 @@ def csv_rows(backtests: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def dvc_metrics(backtests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Per model: noise floor, the best method's MAE and every method's MAE (flat, for `dvc exp show`)."""
+    """Per model: noise floor, the MAE of the causally chosen methods (``best_mae``, as at cutoff
+    and one period ahead) and every method's MAE in hindsight (flat, for `dvc exp show`)."""
     out = {}
     for model, s in backtests.items():
-        rec = {"noise_floor": s["noise_floor"]}
-        if "best_method" in s:
-            rec["best_mae"] = s[s["best_method"]]["mae"]
         ahead = s.get("previous_period") or {}
-        if "best_method" in ahead:
-            rec["best_mae_previous_period"] = ahead[ahead["best_method"]]["mae"]
+        rec = {"noise_floor": s["noise_floor"], "best_mae": s.get("causal_mae"),
+               "best_mae_previous_period": ahead.get("causal_mae")}
         rec.update({f"mae_{m}": s[m]["mae"] for m in METHODS if m in s})
         out[model] = rec
     return out
@@ -206,9 +219,12 @@ def log_to_mlflow(params: Params, backtests: Mapping[str, Mapping[str, Any]], fi
                 v = ((s.get("previous_period") or {}).get(m) or {}).get("mae")
                 if v is not None:
                     metrics[f"{model}.previous_period.{m.replace('+', '_')}.mae"] = v
+            for key, part in (("causal_mae", s), ("previous_period.causal_mae", s.get("previous_period") or {})):
+                if part.get("causal_mae") is not None:
+                    metrics[f"{model}.{key}"] = part["causal_mae"]
         mlflow.log_metrics(metrics)
-        mlflow.set_tags({f"best_method.{model}": s["best_method"] for model, s in backtests.items()
-                         if "best_method" in s})
+        mlflow.set_tags({f"trusted_method.{model}": s["trusted_method"] for model, s in backtests.items()
+                         if "trusted_method" in s})
         for f in files:
             mlflow.log_artifact(str(f), artifact_path="estimates")
         return run.info.run_id
@@ -239,24 +255,24 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
     out_dir.mkdir(parents=True, exist_ok=True)
     # model-independent: read once, weights shared by all models; opt-in (docs/estimates.md: cost)
     inputs = read_slice_inputs(slices_dir) if cfg.iw_inputs else None
-    cache = WeightCache()
-    summaries, files = {}, []
-    for name in params.models:
-        ms = load_model(params, name, manifest, scores_dir)
-        if ms is None:
-            log.warning("estimates: no scored cells for %s; left out", name)
-            continue
-        bt, summaries[name] = backtest_model(replace(ms, inputs=inputs), cfg.min_ess, cfg.label_shift,
-                                             cfg.cap_slack, cache)
-        path = out_dir / f"{name}.json"
-        path.write_text(json.dumps(model_doc(ms, bt)))
-        files.append(path)
-        best, ahead = bt.summary.get("best_method"), summaries[name]["previous_period"].get("best_method")
-        log.info("estimates: %s: noise floor %s, %s", name, bt.summary["noise_floor"],
-                 ", ".join(f"{m} {bt.summary[m]['mae']}" for m in METHODS if m in bt.summary)
-                 + (f"; best {best}" if best else "") + (f"; one period ahead: best {ahead}" if ahead else ""))
-    if not summaries:
+    models = {name: load_model(params, name, manifest, scores_dir) for name in params.models}
+    for name in [m for m, ms in models.items() if ms is None]:
+        del models[name]
+        log.warning("estimates: no scored cells for %s; left out", name)
+    if not models:
         raise DataError(f"{scores_dir}: no scored cells for {list(params.models)} (run the evaluate stage first)")
+    summaries, files = {}, []
+    for name, (bt, ahead, summaries[name]) in backtest_models(
+            {n: replace(ms, inputs=inputs) for n, ms in models.items()}, cfg.min_ess, cfg.label_shift, cfg.cap_slack,
+            WeightCache()).items():
+        ms = models[name]
+        path = out_dir / f"{name}.json"
+        path.write_text(json.dumps(model_doc(ms, bt, ahead)))
+        files.append(path)
+        log.info("estimates: %s: noise floor %s, %s; chosen causally: MAE %s (one period ahead %s)%s", name,
+                 bt.summary["noise_floor"], ", ".join(f"{m} {bt.summary[m]['mae']}" for m in METHODS if m in bt.summary),
+                 bt.summary["causal_mae"], ahead.summary["causal_mae"],
+                 "" if ms.metric == "accuracy" else f"; {ms.metric}: carry-forward and trend only")
     (out_dir / "backtest.json").write_text(json.dumps(summaries, indent=2))
     (out_dir / "backtest.csv").write_text(csv_rows(summaries))
     files = [out_dir / "backtest.json", out_dir / "backtest.csv", *files]

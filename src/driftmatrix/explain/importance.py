@@ -36,20 +36,20 @@ def held_out_rows(slice_ids: np.ndarray, split: np.ndarray, window, max_rows: in
     return rows
 
 
-def score(model, num, cat, targets, task: str, higher_is_better: bool) -> float:
-    """The cell metric of ``model`` on these rows, signed so that higher is better."""
+def score(model, num, cat, targets, task: str, metric) -> float:
+    """The cell metric (``tasks.MetricInfo``) of ``model`` on these rows, signed so that higher is better."""
     from driftmatrix.tasks import cell_score
 
-    value, _ = cell_score(task, model.predict_arrays(num, cat), targets)
-    return value if higher_is_better else -value
+    value, _ = cell_score(task, model.predict_arrays(num, cat), targets, metric=metric.key)
+    return value if metric.higher_is_better else -value
 
 
 def permutation_importance(model, num: np.ndarray, cat: np.ndarray, targets: np.ndarray, task: str,
-                           higher_is_better: bool = True, repeats: int = REPEATS,
+                           metric, repeats: int = REPEATS,
                            seed: int = 0) -> tuple[float, np.ndarray, np.ndarray]:
     """(baseline score, mean drop per feature, std of the drops): numeric features first, then
     categorical, as the columns of ``num`` and ``cat``."""
-    base = score(model, num, cat, targets, task, higher_is_better)
+    base = score(model, num, cat, targets, task, metric)
     n_num = num.shape[1]
     drops = np.zeros((n_num + cat.shape[1], repeats))
     for f in range(drops.shape[0]):
@@ -60,7 +60,7 @@ def permutation_importance(model, num: np.ndarray, cat: np.ndarray, targets: np.
                 n2[:, f] = num[perm, f]
             else:
                 c2[:, f - n_num] = cat[perm, f - n_num]
-            drops[f, r] = base - score(model, n2, c2, targets, task, higher_is_better)
+            drops[f, r] = base - score(model, n2, c2, targets, task, metric)
     return base, drops.mean(axis=1), drops.std(axis=1)
 
 
@@ -85,7 +85,7 @@ def model_importance(params: Params, model: str, slices_dir, checkpoints_dir, fe
             continue
         fitted = exp.load_unit(store, unit.key)
         base, mean, sd = permutation_importance(fitted, exp.inputs.num[rows].numpy(), exp.inputs.cat[rows].numpy(),
-                                                exp.targets_np[rows], exp.meta.task, exp.metric.higher_is_better)
+                                                exp.targets_np[rows], exp.meta.task, exp.metric)
         values[:, i], std[:, i], baseline[i] = mean, sd, base if exp.metric.higher_is_better else -base
         log.info("importance %s cutoff %s: %d held-out rows, top %s", model, exp.labels[i], len(rows),
                  features[int(np.nanargmax(mean))] if len(mean) else "-")

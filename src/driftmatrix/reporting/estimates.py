@@ -3,7 +3,7 @@ the future cells of each model's matrix (``outputs/estimates``, the estimates st
 
 A method-by-model MAE table (with the noise floor no estimator can beat, and MAE on cells with
 and without a large label shift), then one heatmap per model of the seed-mean error
-|estimate - M| of its best method, drawn as a coloured HTML table (no image needed).
+|estimate - M| of the method it trusts next, drawn as a coloured HTML table (no image needed).
 """
 
 from __future__ import annotations
@@ -69,56 +69,51 @@ def section(folder: str | Path) -> tuple[str, str, str] | None:
         for m in models:
             r = backtests[m].get(meth)
             text = _f(r["mae"]) if r else "n/a"
-            tds.append(f"<td><b>{text}</b></td>" if backtests[m].get("best_method") == meth else f"<td>{text}</td>")
+            tds.append(f"<td><b>{text}</b></td>" if backtests[m].get("hindsight_method") == meth else f"<td>{text}</td>")
         body.append(f'<tr><td class="l">{html.escape(meth)}</td>{"".join(tds)}</tr>')
     table = f'<table><thead><tr><th class="l">MAE (points)</th>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
-    rows = []
+    rows, ahead_rows = [], []
     for m in models:
-        b = backtests[m]
-        best = b.get("best_method")
-        if not best:
-            continue
-        r = b[best]
-        cf = (b.get("carry-forward") or {}).get("mae")
-        floor = b.get("noise_floor")
-        closed = ((cf - r["mae"]) / (cf - floor)) if cf is not None and floor is not None and cf > floor else None
-        rows.append(f'<tr><td class="l">{html.escape(m)}</td><td class="l">{html.escape(best)}</td>'
-                    f'<td>{_f(r["mae"])}</td><td>{_f(r["bias"])}</td><td>{_f(r.get("coverage"))}</td>'
-                    f'<td>{_f(r.get("rho"))}</td><td>{_f(closed)}</td><td>{_f(r.get("mae_no_label_shift"))}</td>'
-                    f'<td>{_f(r.get("mae_label_shift"))} ({b.get("n_label_shift_cells", 0)})</td>'
-                    f'<td>{r["n_cells"]}</td></tr>')
-    best_table = ('<table><thead><tr><th class="l">model</th><th class="l">best method</th><th>MAE</th>'
-                  "<th>bias</th><th>90% interval coverage</th><th>Spearman &rho; per column</th>"
-                  "<th>share of carry-forward's excess over the floor closed</th><th>MAE, small label shift</th>"
-                  "<th>MAE, large label shift (cells)</th><th>future cells</th></tr></thead><tbody>"
+        b, a = backtests[m], backtests[m].get("previous_period") or {}
+        cf, floor = (b.get("carry-forward") or {}).get("mae"), b.get("noise_floor")
+        mae = b.get("causal_mae")
+        closed = (cf - mae) / (cf - floor) if None not in (cf, floor, mae) and cf > floor else None
+        hind = b.get("hindsight_method")
+        rows.append(f'<tr><td class="l">{html.escape(m)}</td><td>{_f(mae)}</td><td>{_f(cf)}</td><td>{_f(floor)}</td>'
+                    f'<td>{_f(closed)}</td><td class="l">{html.escape(b.get("trusted_method", ""))}</td>'
+                    f'<td class="l">{html.escape(hind or "")} ({_f((b.get(hind) or {}).get("mae"))})</td>'
+                    f'<td>{b.get("n_flagged_shift_cells")} / {b.get("n_label_shift_cells")}</td>'
+                    f'<td>{b.get("n_future_cells")}</td></tr>')
+        if a.get("causal_mae") is not None:
+            ahead_rows.append(f'<tr><td class="l">{html.escape(m)}</td><td>{_f(a["causal_mae"])}</td>'
+                              f'<td class="l">{html.escape(a.get("trusted_method", ""))}</td>'
+                              f'<td>{_f((a.get("carry-forward") or {}).get("mae"))}</td><td>{_f(floor)}</td></tr>')
+    best_table = ('<table><thead><tr><th class="l">model</th><th>MAE, method chosen per period from earlier '
+                  "periods</th><th>carry-forward</th><th>noise floor</th><th>share of carry-forward's excess over "
+                  'the floor closed</th><th class="l">trusted next</th><th class="l">best in hindsight (MAE)</th>'
+                  "<th>label shift flagged / measured (cells)</th><th>future cells</th></tr></thead><tbody>"
                   + "".join(rows) + "</tbody></table>")
-    ahead_rows = []
-    for m in models:
-        a = backtests[m].get("previous_period") or {}
-        if "best_method" in a:
-            ahead_rows.append(f'<tr><td class="l">{html.escape(m)}</td><td class="l">{html.escape(a["best_method"])}</td>'
-                              f'<td>{_f(a[a["best_method"]]["mae"])}</td><td>{_f((a.get("carry-forward") or {}).get("mae"))}</td>'
-                              f'<td>{_f(backtests[m].get("noise_floor"))}</td></tr>')
     ahead_table = ("<p>The same cells one period ahead: estimated from the unit's labelled period j &minus; 1 "
                    "and M[i, j &minus; 1] (a deployed model whose latest period has its labels; "
                    "<code>driftmatrix estimate</code> offers these as <code>&lt;method&gt;@prev</code>):</p>"
-                   '<table><thead><tr><th class="l">model</th><th class="l">best method</th><th>MAE</th>'
-                   "<th>carry-forward (M[i, j &minus; 1])</th><th>noise floor</th></tr></thead><tbody>"
-                   + "".join(ahead_rows) + "</tbody></table>") if ahead_rows else ""
+                   '<table><thead><tr><th class="l">model</th><th>MAE, method chosen per period</th>'
+                   '<th class="l">trusted next</th><th>carry-forward (M[i, j &minus; 1])</th><th>noise floor</th>'
+                   "</tr></thead><tbody>" + "".join(ahead_rows) + "</tbody></table>") if ahead_rows else ""
     tops = [e for doc in docs.values() for meth in doc["methods"].values() for row in meth["mean_error"]
             for e in row if e is not None]
     top = sorted(tops)[int(0.95 * (len(tops) - 1))] if tops else 1.0
     maps = "".join(
-        f"<div><h3>{html.escape(m)}: {html.escape(backtests[m]['best_method'])}</h3>"
-        f"{heatmap(docs[m], backtests[m]['best_method'], top)}</div>"
-        for m in models if m in docs and backtests[m].get("best_method") in docs[m]["methods"])
+        f"<div><h3>{html.escape(m)}: {html.escape(backtests[m]['trusted_method'])}</h3>"
+        f"{heatmap(docs[m], backtests[m]['trusted_method'], top)}</div>"
+        for m in models if m in docs and backtests[m].get("trusted_method") in docs[m]["methods"])
     text = ("<p>Each future cell M[i, j &gt; i] estimated without period j's labels, from what was known at "
             "cutoff i (the matrix up to i and the model's own held-out rows), against its true value; "
             "seed-level cells, all seeds pooled. The noise floor is the mean |X/n &minus; p| of a cell "
             "scored on n rows (X ~ Binomial(n, p)): what a perfect estimator still misses by. Bold: each "
-            "model's best method. Methods: docs/estimates.md.</p>")
+            "model's best method in hindsight (descriptive); what a user gets is the method chosen for each "
+            "period from the periods before it, below. Methods: docs/estimates.md.</p>")
     return ("estimates", "Before the labels arrive: label-free estimates, backtested",
-            text + table + best_table + ahead_table + "<p>Error |estimate &minus; M| of each model's best method, seed "
+            text + table + best_table + ahead_table + "<p>Error |estimate &minus; M| of the method each model trusts next, seed "
             "mean (rows: trained up to, latest on top; columns: evaluated period; colour scale to the 95th "
             f"percentile, {top:.1f} points):</p>" + f'<div class="cutoffs">{maps}</div>')
 
