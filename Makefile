@@ -73,12 +73,12 @@ UI_HOST := 127.0.0.1
 UI_PORT ?= 5000
 UI_STORE ?= $(or $(MLFLOW_TRACKING_URI),sqlite:///mlflow.db)
 ui: install  ## MLflow UI on 127.0.0.1 only (not the network); prints the URL of the runs table
-	@python -m driftmatrix.reporting.ui --uri "$(UI_STORE)" --host $(UI_HOST) --port $(UI_PORT)
+	@python -m driftmatrix.tracking.ui --uri "$(UI_STORE)" --host $(UI_HOST) --port $(UI_PORT)
 	mlflow ui --backend-store-uri "$(UI_STORE)" --host $(UI_HOST) --port $(UI_PORT)
 
 exp: install  ## run a preset as a DVC experiment: make exp PRESET=presets/x.yaml [EXP_ARGS="-n name"]
 	@test -n "$(PRESET)" || { echo "usage: make exp PRESET=presets/<name>.yaml [EXP_ARGS='-n <name>']"; exit 2; }
-	python -m driftmatrix.presets "$(PRESET)" -- $(EXP_ARGS)
+	python -m driftmatrix.runtime.dvc "$(PRESET)" -- $(EXP_ARGS)
 
 clean-outputs:  ## remove pipeline outputs (not the MLflow store)
 	rm -rf outputs

@@ -7,7 +7,7 @@ Both sides run the same pipeline in this process on the same data (``params.yaml
 settings; the options narrow it on a small machine) from a temporary folder:
 
 - ``local + sqlite``: ``runtime.executor: local`` (workers: auto), ``sqlite:///`` store;
-- ``cluster + server``: a head and a second node on loopback (``driftmatrix.cluster``, one CPU
+- ``cluster + server``: a head and a second node on loopback (``driftmatrix.runtime.cluster``, one CPU
   each here, token authentication on), ``runtime: {executor: ray, address: auto}``, and
   ``MLFLOW_TRACKING_URI`` at ``mlflow server`` over a throw-away PostgreSQL (``trackserver``).
 
@@ -37,7 +37,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), os.env
 
 
 def side(raw: dict, folder: Path) -> dict:
-    from driftmatrix import evaluation, matrices, tracking, training
+    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import matrices
+    from driftmatrix.tracking import runs as tracking
+    from driftmatrix.learn import train as training
     from driftmatrix.config import parse_params
     from testkit.pipeline import Paths, prepare
 
@@ -86,7 +89,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from driftmatrix.cluster import LocalRayCluster
+    from driftmatrix.runtime.cluster import LocalRayCluster
     from testkit.servers import MlflowServer, Postgres
 
     base = yaml.safe_load((REPO / "params.yaml").read_text())

@@ -31,7 +31,7 @@ def wall(cmd: list[str]) -> float:
 def summaries_time(scores: Path) -> tuple[float, int]:
     """Seconds to recompute every stored cell's forward-pass summary (and held-out correctness) on
     random outputs of the same shape, and the number of cells."""
-    from driftmatrix.evaluation import forward_stats, row_correctness
+    from driftmatrix.learn.score import forward_stats, row_correctness
 
     rng = np.random.default_rng(0)
     shapes = [(c["n_eval"], len(c["stats"]["pred"]), c.get("evalset") == "test")
@@ -50,8 +50,8 @@ def summaries_time(scores: Path) -> tuple[float, int]:
 def report_share(params, estimates: Path) -> float:
     """Seconds the report stage spends on the estimates: their section, and their MLflow run once
     MLflow is up (``params`` point at the scratch store)."""
-    from driftmatrix import tracking
-    from driftmatrix.estimate import stage
+    from driftmatrix.tracking import runs as tracking
+    from driftmatrix.stages import estimates as stage
     from driftmatrix.reporting import estimates as section
 
     with tracking.stage_run(tracking.configure(params.tracking), "warm-up", {"kind": "bench"}):

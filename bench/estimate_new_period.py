@@ -25,9 +25,9 @@ import numpy as np
 def main() -> None:
     from driftmatrix.config import estimate_config, load_params
     from driftmatrix.data import synthetic
-    from driftmatrix.estimate import newperiod
-    from driftmatrix.estimate.stage import load_model
-    from driftmatrix.slicing import read_manifest
+    from driftmatrix.stages import newperiod
+    from driftmatrix.stages.estimates import load_model
+    from driftmatrix.data.slicing import read_manifest
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-p", "--params", default="params.yaml")

@@ -13,7 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from driftmatrix.executor import LocalExecutor, RayExecutor, RuntimeConfig, start_ray
+from driftmatrix.runtime.executor import LocalExecutor, RayExecutor, RuntimeConfig, start_ray
 
 
 @dataclass(frozen=True)

@@ -26,11 +26,11 @@ PROBES = {
     "import torch": "import torch",
     "import mlflow": "import mlflow",
     "import torch + mlflow": "import torch, mlflow",
-    "stage ingest imports": "import driftmatrix.data.ingest",
-    "stage slice imports": "import driftmatrix.slicing",
-    "stage train imports (+torch, mlflow)": "import driftmatrix.training, torch, mlflow",
-    "stage evaluate imports (+torch, mlflow)": "import driftmatrix.evaluation, torch, mlflow",
-    "stage matrices imports (+mlflow)": "import driftmatrix.matrices, driftmatrix.reporting.html, mlflow",
+    "stage ingest imports": "import driftmatrix.stages.ingest",
+    "stage slice imports": "import driftmatrix.data.slicing",
+    "stage train imports (+torch, mlflow)": "import driftmatrix.learn.train, torch, mlflow",
+    "stage evaluate imports (+torch, mlflow)": "import driftmatrix.learn.score, torch, mlflow",
+    "stage matrices imports (+mlflow)": "import driftmatrix.stages.matrices, driftmatrix.reporting.html, mlflow",
 }
 
 STORE = """
@@ -38,7 +38,7 @@ import time, sys
 t0 = time.perf_counter()
 import mlflow
 from driftmatrix.config import TrackingConfig
-from driftmatrix import tracking
+from driftmatrix.tracking import runs as tracking
 t1 = time.perf_counter()
 tracking.configure(TrackingConfig(uri=sys.argv[1], artifact_root=sys.argv[2], experiment="fixed-costs"))
 t2 = time.perf_counter()

@@ -31,8 +31,8 @@ def main() -> None:
 
     from driftmatrix.config import load_params
     from driftmatrix.features import inputs
-    from driftmatrix.tasks import cell_score
-    from driftmatrix.training import Experiment, predict
+    from driftmatrix.learn.tasks import cell_score
+    from driftmatrix.learn.train import Experiment, predict
 
     exp = Experiment(load_params(args.work / "params.yaml"), args.model, args.work / "outputs" / "slices")
     ours = inputs.normalise

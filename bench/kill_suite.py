@@ -237,7 +237,7 @@ def matrices(repo: Repo) -> dict[str, list]:
 def plan_keys(repo: Repo) -> dict[str, list[str]]:
     """Unit keys of the current plan per model (driftmatrix's own planner on the repo's slices)."""
     from driftmatrix.config import parse_params
-    from driftmatrix.training import model_plan, recorded_environment
+    from driftmatrix.learn.train import model_plan, recorded_environment
 
     params = parse_params(yaml.safe_load((repo.work / "params.yaml").read_text()))
     manifest = json.loads((repo.work / "outputs" / "slices" / "manifest.json").read_text())
@@ -250,7 +250,7 @@ def plan_keys(repo: Repo) -> dict[str, list[str]]:
 def inprocess_reference(repo: Repo, out: Path) -> dict[str, list]:
     """The matrices of the repo's configuration computed in this process, from the same raw data,
     into ``out`` (MLflow: whatever ``MLFLOW_TRACKING_URI`` names; set it to a scratch store)."""
-    from driftmatrix import matrices as stage
+    from driftmatrix.stages import matrices as stage
     from driftmatrix.config import parse_params
     from testkit.pipeline import Paths, prepare, train_and_evaluate
 

@@ -64,7 +64,7 @@ def params_for(base: dict, tmp: Path, args, executor: str):
 
 def warm(_ctx, item: int) -> int:
     """Start a Ray worker and import what units import (held a moment so each CPU gets one)."""
-    import driftmatrix.training  # noqa: F401
+    import driftmatrix.learn.train  # noqa: F401
     import torch  # noqa: F401
 
     time.sleep(1.0)
@@ -78,7 +78,10 @@ class Nothing:
 
 def run_one(params, slices: Path, out: Path, executor) -> dict:
     """Train and evaluate every model through ``executor``; timings per stage."""
-    from driftmatrix import checkpoints, evaluation, tracking, training
+    from driftmatrix.units import store as checkpoints
+    from driftmatrix.learn import score as evaluation
+    from driftmatrix.tracking import runs as tracking
+    from driftmatrix.learn import train as training
 
     tracking.configure(params.tracking)  # the store is created before timing
     t = {"train_units": 0, "train_wall": 0.0, "unit_seconds": 0.0, "sync": 0.0, "eval_units": 0, "eval_wall": 0.0}
@@ -104,7 +107,7 @@ def run_one(params, slices: Path, out: Path, executor) -> dict:
 
 
 def matrices_of(params, slices: Path, out: Path) -> dict[str, np.ndarray]:
-    from driftmatrix import matrices
+    from driftmatrix.stages import matrices
 
     matrices.run(params, out / "scores", out / "matrices", slices_dir=slices, metrics_path=out / "metrics.json",
                  plots_dir=out / "plots")
@@ -124,7 +127,7 @@ def main() -> None:
                     "1 on 2 CPUs runs two Ray units at once")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    from driftmatrix.executor import LocalExecutor, RayExecutor, runtime_config, start_ray, unit_threads
+    from driftmatrix.runtime.executor import LocalExecutor, RayExecutor, runtime_config, start_ray, unit_threads
     from testkit.pipeline import Paths, prepare
 
     base = yaml.safe_load((REPO / "params.yaml").read_text())

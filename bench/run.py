@@ -64,7 +64,9 @@ def bench_startup(env: dict[str, str]) -> None:
 
 def bench_default(base: dict) -> None:
     from driftmatrix.config import parse_params
-    from driftmatrix import evaluation, matrices, training
+    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import matrices
+    from driftmatrix.learn import train as training
     from testkit.pipeline import Paths, prepare
 
     with tempfile.TemporaryDirectory() as d:

@@ -68,7 +68,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="Keep the outputs here (default: a temporary folder).")
     args = ap.parse_args()
 
-    from driftmatrix import evaluation, matrices, training
+    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import matrices
+    from driftmatrix.learn import train as training
     from driftmatrix.config import parse_params
     from testkit.pipeline import Paths, prepare
 

@@ -55,9 +55,13 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=512, help="documents for the throughput figure")
     args = ap.parse_args()
 
-    from driftmatrix import evaluation, matrices, slicing, training
+    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import matrices
+    from driftmatrix.data import slicing
+    from driftmatrix.learn import train as training
     from driftmatrix.config import parse_params
-    from driftmatrix.data import ingest, synthetic_text
+    from driftmatrix.data import synthetic_text
+    from driftmatrix.stages import ingest
     from driftmatrix.features import cache
 
     report: dict = {}

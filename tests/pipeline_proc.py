@@ -21,7 +21,9 @@ def main() -> None:
     for noisy in ("alembic", "mlflow", "git", "filelock", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    from driftmatrix import evaluation, matrices, training
+    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import matrices
+    from driftmatrix.learn import train as training
     from driftmatrix.config import load_params
     from testkit.pipeline import Paths, prepare
 

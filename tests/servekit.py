@@ -68,7 +68,9 @@ def post(url: str, body: dict) -> tuple[int, dict]:
 def in_process(params, paths, model: str, cutoff: int, seed: int, rows: np.ndarray, logits: bool = False) -> np.ndarray:
     """What the evaluate stage computes for ``rows``: its Experiment, its checkpoint, its batches
     (class probabilities, or the network's outputs with ``logits``)."""
-    from driftmatrix import checkpoints, serving, training
+    from driftmatrix.units import store as checkpoints
+    from driftmatrix.tracking import pyfunc as serving
+    from driftmatrix.learn import train as training
 
     exp = training.Experiment(params, model, paths.slices, paths.features)
     unit = exp.plan.unit(seed, cutoff)
@@ -80,8 +82,8 @@ def in_process(params, paths, model: str, cutoff: int, seed: int, rows: np.ndarr
 def held_out(paths, cutoff: int):
     """The slices' rows and the rows every cell of a ``cutoff`` unit scores (its held-out rows up
     to the cutoff, every row after it), in row order."""
-    from driftmatrix.evaluation import eval_mask
-    from driftmatrix.slicing import load_slices
+    from driftmatrix.learn.score import eval_mask
+    from driftmatrix.data.slicing import load_slices
 
     rows, _, _ = load_slices(paths.slices)
     ids, split = rows["slice"].to_numpy(), rows["split"].to_numpy()

@@ -11,7 +11,8 @@ import pytest
 def test_an_unreachable_server_is_one_line_in_any_stage(monkeypatch, capsys):
     from mlflow.exceptions import MlflowException
 
-    from driftmatrix import cli, report
+    from driftmatrix import cli
+    from driftmatrix.stages import report
 
     def down(*a, **k):
         raise MlflowException("API request to http://127.0.0.1:9/api/2.0/mlflow/runs/create failed with exception "
@@ -29,7 +30,8 @@ def test_an_unreachable_server_is_one_line_in_any_stage(monkeypatch, capsys):
 
 
 def test_other_errors_keep_their_traceback(monkeypatch):
-    from driftmatrix import cli, report
+    from driftmatrix import cli
+    from driftmatrix.stages import report
 
     monkeypatch.setattr(report, "run", lambda *a, **k: 1 / 0)
     monkeypatch.setattr(sys, "argv", ["driftmatrix", "report", "--track"])
@@ -39,7 +41,8 @@ def test_other_errors_keep_their_traceback(monkeypatch):
 
 def _main(monkeypatch, capsys, failure):
     """Run `driftmatrix report --track` whose work is ``failure``: (exit status, stderr)."""
-    from driftmatrix import cli, report
+    from driftmatrix import cli
+    from driftmatrix.stages import report
 
     monkeypatch.setattr(report, "run", lambda *a, **k: failure())
     monkeypatch.setattr(sys, "argv", ["driftmatrix", "report", "--track"])
@@ -81,7 +84,7 @@ def test_config_errors_and_log_lines_mask_credentials(monkeypatch, capsys):
     import logging
 
     from driftmatrix.config import ConfigError
-    from driftmatrix.trackserver import RedactingFormatter, redact
+    from driftmatrix.tracking.server import RedactingFormatter, redact
 
     def bad():
         raise ConfigError("tune: study 's' in postgresql://optuna:hunter2@db:5432/optuna?password=hunter2 was run ...")
@@ -100,8 +103,8 @@ def test_a_ray_that_cannot_be_joined_is_named_ray_with_what_to_change(monkeypatc
     import ray
     from ray._private import ray_constants
 
-    from driftmatrix import executor
-    from driftmatrix.trackserver import explain
+    from driftmatrix.runtime import executor
+    from driftmatrix.tracking.server import explain
 
     def refused(**kwargs):
         assert kwargs["address"] == "auto" and kwargs["_node_ip_address"] == "127.0.0.1"
@@ -129,7 +132,7 @@ def test_a_ray_that_cannot_be_joined_is_named_ray_with_what_to_change(monkeypatc
 
 
 def test_any_other_failed_join_names_ray_and_the_recipe(monkeypatch):
-    from driftmatrix import executor
+    from driftmatrix.runtime import executor
 
     try:
         raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.5:6379") from \

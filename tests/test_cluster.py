@@ -21,7 +21,7 @@ pytestmark = pytest.mark.cluster
 
 @pytest.fixture(scope="module")
 def cluster():
-    from driftmatrix.cluster import LocalRayCluster
+    from driftmatrix.runtime.cluster import LocalRayCluster
 
     c = LocalRayCluster(cpus=1)
     try:

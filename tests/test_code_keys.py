@@ -1,4 +1,4 @@
-"""Code keys at function granularity (driftmatrix.provenance): on a copy of the package source, an
+"""Code keys at function granularity (driftmatrix.units.provenance): on a copy of the package source, an
 edit changes the keys of exactly the units and cells whose computation reaches it; and every
 function that runs while a unit trains or its cells are scored is in its key."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from driftmatrix import provenance
+from driftmatrix.units import provenance
 from driftmatrix.models.registry import REGISTRY
 
-SRC = Path(provenance.__file__).resolve().parent
+SRC = provenance.PACKAGE_DIR
 CACHES = (provenance._project_root, provenance._module, provenance._resolve, provenance._mro, provenance._symbol,
           provenance.code_key)
 
@@ -95,13 +95,13 @@ def test_rewording_every_log_message_changes_no_key(pkg):
     before = all_keys()
     count = sum(reword_reports(path) for path in pkg.rglob("*.py"))
     assert count > 40  # the package's log lines, warnings and stderr prints
-    assert "(reworded) " in (pkg / "training.py").read_text() and "(reworded) " in (pkg / "evaluation.py").read_text()
+    assert "(reworded) " in (pkg / "learn" / "train.py").read_text() and "(reworded) " in (pkg / "learn" / "score.py").read_text()
     assert changed(before, all_keys()) == set()
 
 
 def test_a_log_line_added_inside_the_training_loop_changes_no_key(pkg):
     before = all_keys()
-    insert_statement(pkg / "training.py", "fit", 'log.info("fitting %s rows", len(train_idx))')
+    insert_statement(pkg / "learn" / "train.py", "fit", 'log.info("fitting %s rows", len(train_idx))')
     assert changed(before, all_keys()) == set()
 
 
@@ -130,13 +130,13 @@ def test_a_statement_in_one_image_builder_class_changes_only_its_models(pkg):
 
 def test_a_statement_at_the_top_of_the_training_loop_changes_every_unit(pkg):
     before = all_keys()
-    insert_statement(pkg / "training.py", "fit", "seed = int(seed)")
+    insert_statement(pkg / "learn" / "train.py", "fit", "seed = int(seed)")
     assert changed(before, all_keys()) == set(before)  # the cells' too: scoring builds the experiment
 
 
 def test_a_statement_in_the_scoring_path_changes_the_cells_only(pkg):
     before = all_keys()
-    insert_statement(pkg / "evaluation.py", "forward_stats", "outputs = outputs")
+    insert_statement(pkg / "learn" / "score.py", "forward_stats", "outputs = outputs")
     assert changed(before, all_keys()) == {"<cells>"}
 
 
@@ -144,9 +144,8 @@ def test_editing_mlflow_orchestration_and_report_code_changes_no_key(pkg):
     """A statement at the top of every function of the MLflow, serving, orchestration and report
     modules, and of the stages' drivers (evaluation.run, training.run ...)."""
     before = all_keys()
-    modules = ["tracking.py", "serving.py", "pyfunc_model.py", "registry_info.py", "trackserver.py", "report.py",
-               "executor.py", "cluster.py", "cli.py", "pipeline.py", "status.py", "matrices.py", "tune.py",
-               "scaleplan.py", "reporting", "analysis", "estimate", "explain", "audit"]
+    modules = ["tracking", "runtime", "stages", "cli.py", "units/status.py", "reporting", "analysis", "estimate",
+               "explain", "audit"]
     edited = 0
     for entry in modules:
         for path in sorted((pkg / entry).rglob("*.py")) if (pkg / entry).is_dir() else [pkg / entry]:
@@ -156,9 +155,9 @@ def test_editing_mlflow_orchestration_and_report_code_changes_no_key(pkg):
                     insert_statement(path, qual, "_orchestration = None")
                     edited += 1
     for qual in ("run", "sync", "RowLogs.attach_rest", "RowLogs._row", "row_record", "current_doc"):
-        insert_statement(pkg / "evaluation.py", qual, "_orchestration = None")
+        insert_statement(pkg / "learn" / "score.py", qual, "_orchestration = None")
     for qual in ("run", "train_units", "unit_record", "training_data", "start_workers", "largest_first"):
-        insert_statement(pkg / "training.py", qual, "_orchestration = None")
+        insert_statement(pkg / "learn" / "train.py", qual, "_orchestration = None")
     assert edited > 300
     assert changed(before, all_keys()) == set()
 
@@ -213,10 +212,10 @@ def _ran(fn) -> set[tuple[str, str]]:
 def untraced(params, paths, model: str) -> set[tuple[str, str]]:
     """The package functions that ran while a worker built ``model``'s experiment, trained one
     unit and scored its cells, yet are in neither its unit key's nor its cells' code."""
-    from driftmatrix.checkpoints import CheckpointStore
-    from driftmatrix.evaluation import score_task
-    from driftmatrix.training import ExperimentRecipe, resolve_environment
-    from driftmatrix.units import slice_hashes
+    from driftmatrix.units.store import CheckpointStore
+    from driftmatrix.learn.score import score_task
+    from driftmatrix.learn.train import ExperimentRecipe, resolve_environment
+    from driftmatrix.units.plan import slice_hashes
 
     recipe = ExperimentRecipe.of(params, model, paths.slices, paths.features, resolve_environment(params, model))
     store, checkpoints = CheckpointStore(paths.checkpoints, model), str(paths.checkpoints)
@@ -230,7 +229,7 @@ def untraced(params, paths, model: str) -> set[tuple[str, str]]:
 
     train_and_score()  # imports and caches first
     ran = _ran(train_and_score)
-    assert ("driftmatrix.evaluation", "forward_stats") in ran or params.dataset.task == "regression"
+    assert ("driftmatrix.learn.score", "forward_stats") in ran or params.dataset.task == "regression"
     forget()
     build = REGISTRY[model].build
     unit, _ = provenance.reach((*provenance.TRAIN_ROOTS, *provenance.model_roots(build)), build.cls)

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import torch
 
-from driftmatrix import matrices
+from driftmatrix.stages import matrices
 from testkit.pipeline import Paths, prepare, train_and_evaluate
 
 MODELS = {"MLP-S": {}, "Prior": {}}

@@ -177,5 +177,5 @@ def test_the_checks_catch_broken_commands():
                  "dvc exp run -S train.epochs=3 -n epochs3", "mlflow models serve -m x --env-manager local -h 127.0.0.1"):
         check_shell(fine)
     with pytest.raises((AssertionError, ImportError)):
-        check_python("from driftmatrix.tracking import no_such_function\n")
+        check_python("from driftmatrix.tracking.runs import no_such_function\n")
     assert shell_commands("a \\\n  --b 1 && c  # note\n$ d | e\n") == ["a --b 1", "c", "d", "e"]

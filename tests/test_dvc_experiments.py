@@ -74,7 +74,7 @@ def test_experiments_compare_metrics_and_matrices(tmp_path):
     wanted = yaml.safe_load((work / "params.yaml").read_text())
     wanted["models"]["MLP-S"] = {"lr": 0.002}
     preset.write_text(yaml.safe_dump(wanted, sort_keys=False))
-    sh([sys.executable, "-m", "driftmatrix.presets", str(preset), "--", "-q", "-n", "preset"], work, env)
+    sh([sys.executable, "-m", "driftmatrix.runtime.dvc", str(preset), "--", "-q", "-n", "preset"], work, env)
 
     rows = json.loads(stdout(["dvc", "exp", "show", "--json"], work, env))
     assert [r["rev"] for r in rows][0] == "workspace" and len(rows) == 2, [r["rev"] for r in rows]

@@ -140,7 +140,7 @@ def test_dvc_repro_is_idempotent_and_reruns_only_the_changed_model(tmp_path):
 def test_a_torn_dvc_lock_is_moved_aside_and_a_valid_one_kept(tmp_path):
     """DVC rewrites dvc.lock in place; a `dvc repro` killed mid-write leaves a file DVC refuses.
     `driftmatrix repair-lock` (run by `make repro` first) moves only such a file aside."""
-    from driftmatrix.pipeline import repair_dvc_lock
+    from driftmatrix.runtime.dvc import repair_dvc_lock
 
     lock = tmp_path / "dvc.lock"
     assert repair_dvc_lock(lock) is None  # absent

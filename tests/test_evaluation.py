@@ -1,6 +1,6 @@
 import numpy as np
 
-from driftmatrix.evaluation import eval_mask, row_summary, score_cell
+from driftmatrix.learn.score import eval_mask, row_summary, score_cell
 
 
 def test_eval_sets_are_the_test_split_up_to_cutoff_and_the_whole_slice_after():
@@ -27,10 +27,10 @@ def test_a_cell_scores_its_rows_and_an_empty_cell_is_null_not_zero():
 def test_eval_batches_are_made_once_per_set_within_the_budget_and_predict_the_same():
     import torch
 
-    from driftmatrix.evaluation import EvalBatches
+    from driftmatrix.learn.score import EvalBatches
     from driftmatrix.features.inputs import PixelInputs
     from driftmatrix.models.registry import REGISTRY
-    from driftmatrix.training import predict
+    from driftmatrix.learn.train import predict
 
     rng = np.random.default_rng(0)
     inputs = PixelInputs(rng.integers(0, 256, (50, 32, 32, 3), dtype=np.uint8))
@@ -71,8 +71,10 @@ def test_pixel_batches_from_resident_floats_equal_batches_normalised_one_by_one(
 def test_scoring_before_training_names_the_missing_checkpoints_and_the_command(tmp_path, tiny_params, mlflow_store):
     import pytest
 
-    from driftmatrix import evaluation, slicing
-    from driftmatrix.data import ingest, synthetic
+    from driftmatrix.learn import score as evaluation
+    from driftmatrix.data import slicing
+    from driftmatrix.data import synthetic
+    from driftmatrix.stages import ingest
     from driftmatrix.data.table import DataError
 
     params = tiny_params(tmp_path, runtime={"workers": 1})

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from driftmatrix.config import ConfigError
-from driftmatrix.executor import (KILL_ENV, LocalExecutor, Progress, RayExecutor, Resources, RuntimeConfig,
+from driftmatrix.runtime.executor import (KILL_ENV, LocalExecutor, Progress, RayExecutor, Resources, RuntimeConfig,
                                   local_slots, machine_cpus, make_executor, parse_runtime, recipe_key,
                                   reuse_workers)
 
@@ -170,7 +170,7 @@ def test_local_slots_are_workers_or_cpus_over_num_cpus():
     ex = LocalExecutor(RuntimeConfig(workers=2, overrides={"ViT-L": Resources(num_cpus=1, num_gpus=1)}))
     assert ex.workers("MLP-S", 5) == 2 and ex.workers("MLP-S", 1) == 0  # one unit: no worker to start
     assert ex.workers("ViT-L", 5) == 0  # GPU units stay in the stage process
-    from driftmatrix.executor import start_worker_server
+    from driftmatrix.runtime.executor import start_worker_server
 
     assert not start_worker_server(RuntimeConfig(workers=2, num_gpus=1), "ViT-L")  # so no server for them
 
@@ -202,7 +202,7 @@ def test_local_workers_yield_units_as_they_finish():
 def test_local_workers_are_spawned_where_the_os_has_no_forkserver(monkeypatch):
     import multiprocessing
 
-    from driftmatrix import executor
+    from driftmatrix.runtime import executor
 
     monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])  # as on macOS, Windows
     assert not executor.start_worker_server(POOL, "MLP-S")
@@ -240,7 +240,7 @@ def test_local_workers_stop_when_the_stage_stops_reading():
 STAGE = """
 import os, sys, time
 from dataclasses import dataclass
-from driftmatrix.executor import LocalExecutor, RuntimeConfig, start_worker_server
+from driftmatrix.runtime.executor import LocalExecutor, RuntimeConfig, start_worker_server
 
 @dataclass(frozen=True)
 class Nothing:
@@ -295,7 +295,7 @@ def test_local_workers_die_with_a_killed_stage_process(tmp_path):
 
 
 def test_progress_logs_done_running_queued_and_eta(caplog):
-    caplog.set_level(logging.INFO, logger="driftmatrix.executor")
+    caplog.set_level(logging.INFO, logger="driftmatrix.runtime.executor")
     bar = Progress("train MLP-S", 4, every=2)
     for done in range(1, 5):
         bar.update(done, min(2, 4 - done))
@@ -331,7 +331,7 @@ def test_ray_and_local_give_bit_identical_state_dicts(ray_cluster):
 
 
 def test_ray_worker_killed_mid_item_is_retried(ray_cluster, tmp_path, monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger="driftmatrix.executor")
+    caplog.set_level(logging.INFO, logger="driftmatrix.runtime.executor")
     marker = tmp_path / "killed-once"
     monkeypatch.setenv(KILL_ENV, str(marker))
     items = list(range(6))
@@ -377,7 +377,7 @@ def test_keep_freed_memory_stops_each_step_page_faulting_its_tensors_afresh():
     code = """
 import resource, torch
 torch.set_num_threads(1)  # one malloc arena: the counts do not depend on thread scheduling
-from driftmatrix.executor import keep_freed_memory
+from driftmatrix.runtime.executor import keep_freed_memory
 from driftmatrix.models.registry import REGISTRY
 torch.manual_seed(0)
 model, x = REGISTRY["CNN-S"].build(2, {}), torch.randn(32, 3, 32, 32)

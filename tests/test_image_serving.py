@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from driftmatrix import serving
+from driftmatrix.tracking import pyfunc as serving
 from testkit.pipeline import Paths, run_all
-from driftmatrix.slicing import load_slices
+from driftmatrix.data.slicing import load_slices
 from servekit import held_out, in_process
 
 IMAGE_MODELS = {"MLP-S": {}, "CNN-S": {}, "Prior": {}}
@@ -26,7 +26,7 @@ CUTOFF, SEED = 1, 0
 
 def registered(params, paths, model: str):
     """The CUTOFF version of ``model``, predicting on the device its units were scored on."""
-    from driftmatrix.training import recorded_environment
+    from driftmatrix.learn.train import recorded_environment
 
     device = recorded_environment(params, model, paths.checkpoints).device
     return mlflow.pyfunc.load_model(f"models:/tiny.{model}@cutoff-{1950 + CUTOFF}", model_config={"device": device})
@@ -38,7 +38,7 @@ def portraits(tmp_path_factory):
     them to 32 x 32), registered: (params, paths)."""
     from PIL import Image
 
-    from driftmatrix import precision
+    from driftmatrix.learn import precision
     from driftmatrix.data import synthetic
     from tinyparams import make_tiny_params
 
@@ -86,10 +86,10 @@ def test_estimate_data_runs_each_unit_as_the_evaluate_stage_scored_it(portraits,
     the evaluate stage's, not the fp32 ones; the command reads a folder of such PNGs."""
     import shutil
 
-    from driftmatrix.checkpoints import CheckpointStore
-    from driftmatrix.estimate import newperiod
-    from driftmatrix.estimate.stage import load_model, read_manifest
-    from driftmatrix.training import ExperimentInfo, recorded_environment
+    from driftmatrix.units.store import CheckpointStore
+    from driftmatrix.stages import newperiod
+    from driftmatrix.stages.estimates import load_model, read_manifest
+    from driftmatrix.learn.train import ExperimentInfo, recorded_environment
 
     params, paths = portraits
     rows, index = held_out(paths, CUTOFF)

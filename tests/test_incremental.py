@@ -13,9 +13,10 @@ import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from driftmatrix import matrices, status
+from driftmatrix.stages import matrices
+from driftmatrix.units import status
 from testkit.pipeline import Paths, prepare, train_and_evaluate
-from driftmatrix.tracking import configure
+from driftmatrix.tracking.runs import configure
 
 
 def run(tmp, tiny_params, years, seeds, caplog, epochs=1, out="out"):

@@ -100,7 +100,7 @@ def test_a_stage_run_left_running_by_a_killed_process_is_marked_killed(tmp_path,
 
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix import tracking
+    from driftmatrix.tracking import runs as tracking
     from driftmatrix.config import TrackingConfig
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

@@ -6,12 +6,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from driftmatrix import matrices
+from driftmatrix.stages import matrices
 from driftmatrix.config import parse_params
 from driftmatrix.data.table import DataError, DatasetMeta
-from driftmatrix.evaluation import ScoreStore
-from driftmatrix.provenance import Environment
-from driftmatrix.training import model_plan
+from driftmatrix.learn.score import ScoreStore
+from driftmatrix.units.provenance import Environment
+from driftmatrix.learn.train import model_plan
 
 ENV = Environment("fp32", "cpu", 1, {"torch": "t", "numpy": "n"})
 
@@ -99,7 +99,7 @@ def test_rows_outside_the_configuration_are_stale_never_averaged(setup):
 def test_stage_outputs_metrics_and_the_report_stage_draws_and_logs_them(setup, tmp_path, monkeypatch):
     import mlflow
 
-    from driftmatrix import report
+    from driftmatrix.stages import report
 
     params, _, slices, root = setup
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -162,7 +162,7 @@ def test_a_model_dropped_from_params_loses_its_files_and_nothing_else(setup, tmp
     (out / "notes.json").write_text('{"mine": true}')          # not the stage's: kept
     (out / "README.txt").write_text("kept")
 
-    with caplog.at_level("INFO", logger="driftmatrix.matrices"):
+    with caplog.at_level("INFO", logger="driftmatrix.stages.matrices"):
         matrices.run(_params({"MLP-S": {}}), root, out, tmp_path / "metrics.json", plots, slices_dir=slices)
     assert sorted(f.name for f in out.iterdir()) == [
         "MLP-S.csv", "MLP-S.json", "MLP-S_std.csv", "README.txt", "notes.json", "summary.csv", "summary.json"]

@@ -1,10 +1,10 @@
-"""driftmatrix.optim must move weights exactly as torch.optim does (bit for bit, on CPU)."""
+"""driftmatrix.learn.optim must move weights exactly as torch.optim does (bit for bit, on CPU)."""
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from driftmatrix.optim import make_optimizer  # noqa: E402
+from driftmatrix.learn.optim import make_optimizer  # noqa: E402
 
 
 def _net(seed: int):

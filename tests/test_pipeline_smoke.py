@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from driftmatrix import checkpoints, training
+from driftmatrix.units import store as checkpoints
+from driftmatrix.learn import train as training
 from testkit.pipeline import Paths, run_all, train_and_evaluate
-from driftmatrix.tracking import configure, load_registered
+from driftmatrix.tracking.runs import configure, load_registered
 
 
 MODELS = {"MLP-S": {}, "CNN-S": {"epochs": 2}}

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import yaml
 
 from driftmatrix.config import to_raw
-from driftmatrix.executor import LocalExecutor, RuntimeConfig
+from driftmatrix.runtime.executor import LocalExecutor, RuntimeConfig
 from testkit.pipeline import Paths, prepare
 
 

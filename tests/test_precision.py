@@ -4,7 +4,7 @@ import logging
 
 import pytest
 
-from driftmatrix import precision
+from driftmatrix.learn import precision
 
 
 def fake_cpuinfo(tmp_path, flags: str):
@@ -62,21 +62,21 @@ def test_fp32_passes_through_without_probing(monkeypatch):
 
 def test_bf16_kept_where_supported(monkeypatch, caplog):
     monkeypatch.setattr(precision, "cpu_has_bf16_units", lambda: True)
-    with caplog.at_level(logging.WARNING, logger="driftmatrix.precision"):
+    with caplog.at_level(logging.WARNING, logger="driftmatrix.learn.precision"):
         assert precision.resolve_precision("bf16", "cpu") == "bf16"
     assert not caplog.records
 
 
 def test_bf16_without_units_falls_back_to_fp32_with_warning(monkeypatch, caplog):
     monkeypatch.setattr(precision, "cpu_has_bf16_units", lambda: False)
-    with caplog.at_level(logging.WARNING, logger="driftmatrix.precision"):
+    with caplog.at_level(logging.WARNING, logger="driftmatrix.learn.precision"):
         assert precision.resolve_precision("bf16", "cpu") == "fp32"
     assert any("no bf16 matrix units" in r.getMessage() for r in caplog.records)
 
 
 def test_auto_without_units_does_not_warn(monkeypatch, caplog):
     monkeypatch.setattr(precision, "cpu_has_bf16_units", lambda: False)
-    with caplog.at_level(logging.WARNING, logger="driftmatrix.precision"):
+    with caplog.at_level(logging.WARNING, logger="driftmatrix.learn.precision"):
         assert precision.resolve_precision("auto", "cpu") == "fp32"
     assert not caplog.records
 

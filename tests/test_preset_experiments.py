@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from driftmatrix import presets
+from driftmatrix.runtime import dvc as presets
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = sorted((REPO / "presets").glob("*.yaml"))

@@ -20,8 +20,8 @@ import pytest
 from driftmatrix.analysis.summary import cutoff_indices
 from driftmatrix.config import load_params
 from driftmatrix.data.table import DatasetMeta
-from driftmatrix.periods import PERIOD_MONTHS
-from driftmatrix.slicing import make_slices
+from driftmatrix.data.periods import PERIOD_MONTHS
+from driftmatrix.data.slicing import make_slices
 
 REPO = Path(__file__).resolve().parents[1]
 PRESETS = REPO / "presets"

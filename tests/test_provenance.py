@@ -1,4 +1,4 @@
-"""Keys cover code and environment (driftmatrix.provenance); dvc.yaml declares the same code."""
+"""Keys cover code and environment (driftmatrix.units.provenance); dvc.yaml declares the same code."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from driftmatrix import checkpoints, provenance
+from driftmatrix.units import store as checkpoints
+from driftmatrix.units import provenance
 from driftmatrix.config import ConfigError, parse_params
-from driftmatrix.provenance import Environment
+from driftmatrix.units.provenance import Environment
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -81,7 +82,7 @@ def _files(deps: list[str]) -> set[str]:
 
 
 #: What computes and checks the keys (by value) and stores units, beside the code they digest.
-KEYING = {"src/driftmatrix/units.py", "src/driftmatrix/provenance.py", "src/driftmatrix/checkpoints.py"}
+KEYING = {"src/driftmatrix/units/plan.py", "src/driftmatrix/units/provenance.py", "src/driftmatrix/units/store.py"}
 
 
 @pytest.mark.parametrize("stage", ["train", "evaluate", "matrices", "estimates", "importance", "saliency"])
@@ -102,12 +103,12 @@ def test_the_code_deps_of_every_stage_that_keys_units_are_the_code_they_reach(st
 
 
 def test_the_check_itself_fails_on_a_missing_module():
-    deps = [d for d in _stage_deps("train") if d != "src/driftmatrix/optim.py"]
-    assert not _covered("src/driftmatrix/optim.py", deps)
+    deps = [d for d in _stage_deps("train") if d != "src/driftmatrix/learn/optim.py"]
+    assert not _covered("src/driftmatrix/learn/optim.py", deps)
 
 
 def test_repeated_seeds_are_a_one_line_error():
-    from driftmatrix.training import effective_config
+    from driftmatrix.learn.train import effective_config
 
     with pytest.raises(ConfigError, match="seed 0 is listed twice"):
         effective_config(parse_params({"train": {"seeds": [0, 0]}, "models": {"MLP-S": {}}}), "MLP-S")
@@ -143,7 +144,7 @@ def _tiny(tmp_path, tiny_params, **over):
 def test_workers_refuse_a_unit_keyed_for_another_environment_or_code(tmp_path, tiny_params):
     import torch
 
-    from driftmatrix.training import Experiment, check_key, resolve_environment, train_task
+    from driftmatrix.learn.train import Experiment, check_key, resolve_environment, train_task
 
     params, paths = _tiny(tmp_path, tiny_params)
     env = resolve_environment(params, "MLP-S")
@@ -168,8 +169,10 @@ def test_workers_refuse_a_unit_keyed_for_another_environment_or_code(tmp_path, t
 def test_later_stages_key_with_the_recorded_environment(tmp_path, tiny_params, monkeypatch, mlflow_store):
     """matrices and status on a machine that would resolve another environment still find every
     cell: they read the environment the train stage recorded."""
-    from driftmatrix import matrices, status, training
-    from driftmatrix.evaluation import ScoreStore
+    from driftmatrix.stages import matrices
+    from driftmatrix.units import status
+    from driftmatrix.learn import train as training
+    from driftmatrix.learn.score import ScoreStore
     from testkit.pipeline import train_and_evaluate
 
     params, paths = _tiny(tmp_path, tiny_params)
@@ -192,7 +195,8 @@ def test_later_stages_key_with_the_recorded_environment(tmp_path, tiny_params, m
 def test_gpu_units_are_scored_in_the_stage_process(tmp_path, monkeypatch):
     """With a recorded CUDA environment the evaluate stage starts no local worker processes (one
     CUDA context per CPU worker would be the result) and builds its experiment in-process."""
-    from driftmatrix import evaluation, training
+    from driftmatrix.learn import score as evaluation
+    from driftmatrix.learn import train as training
 
     store = checkpoints.CheckpointStore(tmp_path / "ckpt", "MLP-S")
     store.write_environment(Environment("fp32", "cuda", None, {}).to_dict())
@@ -208,7 +212,7 @@ def test_gpu_units_are_scored_in_the_stage_process(tmp_path, monkeypatch):
 
     monkeypatch.setattr(training, "start_workers", no_workers)
     monkeypatch.setattr(training, "Experiment", in_process)
-    monkeypatch.setattr("driftmatrix.tracking.configure_in_background", lambda cfg: None)
+    monkeypatch.setattr("driftmatrix.tracking.runs.configure_in_background", lambda cfg: None)
     with pytest.raises(Built, match="cuda"):
         evaluation.run(parse_params({"models": {"MLP-S": {}}}), "MLP-S", tmp_path / "slices", tmp_path / "ckpt",
                        tmp_path / "scores")
@@ -246,7 +250,7 @@ def test_records_reach_the_disk_before_they_are_renamed_into_place(tmp_path, mon
 
 
 def test_scores_of_other_weights_are_dropped():
-    from driftmatrix.evaluation import current_doc
+    from driftmatrix.learn.score import current_doc
 
     doc = {"cells": {"c": {"value": 1.0}}, "logged": {"run_id": "r"}, "weights_digest": "a"}
     assert current_doc(doc, "a") is doc
@@ -264,7 +268,7 @@ def test_no_two_modules_import_each_other():
         modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     forget()
     graph = {m: {r[0] for t in provenance._module(m).imports if (r := provenance._resolve(t))} for m in modules}
-    assert "driftmatrix.checkpoints" in graph["driftmatrix.training"]
+    assert "driftmatrix.units.store" in graph["driftmatrix.learn.train"]
     mutual = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a != b and a in graph.get(b, ())})
     assert not mutual
 
@@ -288,7 +292,7 @@ KEYED_MODELS = ("MLP-S", "CNN-S", "Prior", "LogReg", "HistGBT", "LightGBM", "MLP
 
 def plan_keys(embed=None) -> dict[str, list[str]]:
     """Every unit key of :data:`KEYED_MODELS` on a two-slice manifest (no data needed)."""
-    from driftmatrix.training import model_plan
+    from driftmatrix.learn.train import model_plan
 
     params = parse_params({"dataset": {"name": "toy"}, "models": {m: {} for m in KEYED_MODELS},
                            **({"embed": embed} if embed else {})})

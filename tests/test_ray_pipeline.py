@@ -9,11 +9,11 @@ import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-from driftmatrix import matrices
+from driftmatrix.stages import matrices
 from driftmatrix.config import replace
-from driftmatrix.executor import KILL_ENV
+from driftmatrix.runtime.executor import KILL_ENV
 from testkit.pipeline import Paths, prepare, train_and_evaluate
-from driftmatrix.tracking import configure
+from driftmatrix.tracking.runs import configure
 
 MODELS = {"MLP-S": {}, "Prior": {}}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from driftmatrix.config import parse_params
-from driftmatrix.scaleplan import (PAPER, Shape, Unit, cpu_units, format_rows, gpu_units, plan, rows_for,
+from driftmatrix.runtime.scaleplan import (PAPER, Shape, Unit, cpu_units, format_rows, gpu_units, plan, rows_for,
                                    shape_of, simulate)
 
 

@@ -28,7 +28,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from driftmatrix import checkpoints, serving, tracking, training
+from driftmatrix.units import store as checkpoints
+from driftmatrix.tracking import pyfunc as serving
+from driftmatrix.tracking import runs as tracking
+from driftmatrix.learn import train as training
 from driftmatrix.features import encoders
 from testkit.pipeline import Paths, prepare, train_and_evaluate
 

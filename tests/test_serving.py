@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 from mlflow.tracking import MlflowClient
 
-from driftmatrix import registry_info, serving
+from driftmatrix.tracking import registry as registry_info
+from driftmatrix.tracking import pyfunc as serving
 from driftmatrix.analysis import advisor
 from driftmatrix.config import parse_params
 from servekit import in_process, post, served
@@ -87,7 +88,7 @@ def use(params) -> None:
 def test_image_versions_load_by_alias_and_predict_the_pipelines_probabilities(images):
     params, paths, _ = images
     use(params)
-    from driftmatrix.slicing import load_slices
+    from driftmatrix.data.slicing import load_slices
 
     rows_df, _, pixels = load_slices(paths.slices)
     rows = np.flatnonzero(rows_df["slice"].to_numpy() == 2)[:24]  # the cutoff's future slice
@@ -109,7 +110,7 @@ def test_image_files_are_read_into_what_predict_takes(images, tmp_path):
 
     params, paths, _ = images
     use(params)
-    from driftmatrix.slicing import load_slices
+    from driftmatrix.data.slicing import load_slices
 
     _, _, pixels = load_slices(paths.slices)
     files = []
@@ -128,7 +129,7 @@ def test_image_files_are_read_into_what_predict_takes(images, tmp_path):
 def test_text_versions_take_raw_strings_and_predict_the_pipelines_probabilities(papers):
     params, paths, _ = papers
     use(params)
-    from driftmatrix.slicing import load_slices
+    from driftmatrix.data.slicing import load_slices
 
     rows_df, _, _ = load_slices(paths.slices)
     rows = np.flatnonzero(rows_df["slice"].to_numpy() == 2)[:20]
@@ -148,7 +149,7 @@ def test_text_versions_take_raw_strings_and_predict_the_pipelines_probabilities(
 def test_mlflow_models_serve_on_loopback_answers_the_same_numbers(which, request):
     params, paths, root = request.getfixturevalue(which)
     use(params)
-    from driftmatrix.slicing import load_slices
+    from driftmatrix.data.slicing import load_slices
 
     rows_df, _, pixels = load_slices(paths.slices)
     if which == "images":

@@ -8,7 +8,8 @@ from types import SimpleNamespace as NS
 
 import pytest
 
-from driftmatrix import tracking, trackserver
+from driftmatrix.tracking import runs as tracking
+from driftmatrix.tracking import server as trackserver
 
 
 def _run(key, cutoff, seed, project=None, run_id=None):

@@ -4,9 +4,9 @@ import pytest
 
 from driftmatrix.config import SlicingConfig
 from driftmatrix.data.table import DataError, DatasetMeta
-from driftmatrix.evaluation import eval_mask
-from driftmatrix.slicing import make_slices, period_bins, stratified_split
-from driftmatrix.training import cutoff_train_rows
+from driftmatrix.learn.score import eval_mask
+from driftmatrix.data.slicing import make_slices, period_bins, stratified_split
+from driftmatrix.learn.train import cutoff_train_rows
 
 META = DatasetMeta(name="t", task="binary", input_kind="image", class_names=("F", "M"))
 

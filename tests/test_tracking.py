@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("mlflow")
 
-from driftmatrix import serving, tracking  # noqa: E402
+from driftmatrix.tracking import pyfunc as serving
+from driftmatrix.tracking import runs as tracking  # noqa: E402
 from driftmatrix.config import TrackingConfig  # noqa: E402
 
 
@@ -436,7 +437,7 @@ def test_a_unit_loads_only_from_a_version_of_its_key_and_weights(mlflow_store, t
 
     import mlflow
 
-    from driftmatrix.units import Unit
+    from driftmatrix.units.plan import Unit
 
     (a, ids_a), (b, ids_b), _ = _two_clones(tmp_path, monkeypatch)
     client = mlflow.MlflowClient()
@@ -468,7 +469,7 @@ def test_annotate_touches_only_this_projects_versions_of_the_plan(mlflow_store, 
     import mlflow
     import numpy as np
 
-    from driftmatrix import registry_info
+    from driftmatrix.tracking import registry as registry_info
     from driftmatrix.analysis.matrixfile import DriftMatrices
     from driftmatrix.analysis.tables import Cohort
     from driftmatrix.config import parse_params

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from testkit.pipeline import Paths, prepare
-from driftmatrix.training import Experiment, largest_first, predict
-from driftmatrix.units import Unit
+from driftmatrix.learn.train import Experiment, largest_first, predict
+from driftmatrix.units.plan import Unit
 
 
 def test_same_seed_on_cpu_gives_identical_models_and_scores(tmp_path, tiny_params):
@@ -56,7 +56,7 @@ def test_device_and_precision_mistakes_are_config_errors_before_any_work(monkeyp
     import torch
 
     from driftmatrix.config import ConfigError, parse_params
-    from driftmatrix.training import effective_config, resolve_device
+    from driftmatrix.learn.train import effective_config, resolve_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto").type == "cpu" and resolve_device("cpu").type == "cpu"

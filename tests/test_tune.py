@@ -8,7 +8,7 @@ import torch
 import yaml
 
 from driftmatrix.config import ConfigError, parse_params, replace
-from driftmatrix.training import Experiment, cutoff_train_rows
+from driftmatrix.learn.train import Experiment, cutoff_train_rows
 
 CUTOFF, V = 4, 2  # tune on slices 0..4: inner train 0..2, validation 3..4; slices 5..7 are the future
 TUNE = {"cutoff": 1954, "validation_periods": V, "n_trials": 2, "seed": 0, "pruner_startup_trials": 1,
@@ -19,8 +19,9 @@ TUNE = {"cutoff": 1954, "validation_periods": V, "n_trials": 2, "seed": 0, "prun
 
 @pytest.fixture(scope="module")
 def slices(tmp_path_factory):
-    from driftmatrix import slicing
-    from driftmatrix.data import ingest, synthetic
+    from driftmatrix.data import slicing
+    from driftmatrix.data import synthetic
+    from driftmatrix.stages import ingest
 
     tmp = tmp_path_factory.mktemp("tune")
     raw = {
@@ -64,14 +65,14 @@ def _flip(exp, rows):
 
 
 def _value(exp, cfg):
-    from driftmatrix import tune
+    from driftmatrix.stages import tune
 
     data = tune.restrict(exp, CUTOFF, V)
     return tune.objective(data, cfg, exp.new_model, 0, exp.device), data
 
 
 def test_inner_split_is_inside_the_cutoffs_training_data(slices):
-    from driftmatrix import tune
+    from driftmatrix.stages import tune
 
     tmp, params = slices
     exp = Experiment(params, "MLP-S", tmp / "slices")
@@ -84,8 +85,8 @@ def test_inner_split_is_inside_the_cutoffs_training_data(slices):
 
 
 def test_objective_starts_the_model_at_the_inner_train_prior(slices):
-    from driftmatrix import tune
-    from driftmatrix.tasks import cell_score
+    from driftmatrix.stages import tune
+    from driftmatrix.learn.tasks import cell_score
 
     tmp, params = slices
     exp = Experiment(params, "MLP-S", tmp / "slices")
@@ -111,7 +112,7 @@ def test_objective_starts_the_model_at_the_inner_train_prior(slices):
 
 
 def test_objective_never_reads_a_row_after_the_cutoff(slices):
-    from driftmatrix import tune
+    from driftmatrix.stages import tune
 
     tmp, params = slices
     exp = Experiment(params, "MLP-S", tmp / "slices")
@@ -144,7 +145,8 @@ def test_study_resumes_after_a_kill_and_writes_the_preset(slices, monkeypatch):
     import optuna
     from mlflow import MlflowClient
 
-    from driftmatrix import tracking, tune
+    from driftmatrix.tracking import runs as tracking
+    from driftmatrix.stages import tune
 
     tmp, params = slices
     uri = f"sqlite:///{tmp / 'mlflow.db'}"
@@ -193,7 +195,7 @@ def test_study_resumes_after_a_kill_and_writes_the_preset(slices, monkeypatch):
 
 
 def test_a_changed_setup_is_refused(slices, monkeypatch):
-    from driftmatrix import tune
+    from driftmatrix.stages import tune
 
     tmp, params = slices
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow2.db'}")
@@ -220,7 +222,7 @@ def test_cli_runs_a_study(slices, monkeypatch):
 
 
 def test_tune_config_errors_name_the_key(slices):
-    from driftmatrix import tune
+    from driftmatrix.stages import tune
 
     _, params = slices
     for bad, match in (({k: v for k, v in TUNE.items() if k != "cutoff"}, "tune.cutoff"),
@@ -235,7 +237,7 @@ def test_tune_config_errors_name_the_key(slices):
 
 
 def test_caveat_names_the_cutoffs_that_use_settings_chosen_on_later_data():
-    from driftmatrix import tune
+    from driftmatrix.stages import tune
 
     labels = ["2000", "2001", "2002", "2003"]
     text = tune.caveat("FFN-S", "2002", labels)
@@ -254,7 +256,7 @@ def test_a_pruning_copy_decides_as_the_live_study():
     import optuna
     from optuna.trial import TrialState
 
-    from driftmatrix import tune
+    from driftmatrix.stages import tune
 
     study = optuna.create_study(direction="maximize",
                                 pruner=optuna.pruners.MedianPruner(n_startup_trials=1, n_warmup_steps=0))
@@ -281,7 +283,7 @@ def test_ray_executor_runs_the_same_study_as_local(slices, monkeypatch, ray_clus
     import optuna
     from mlflow import MlflowClient
 
-    from driftmatrix import tune
+    from driftmatrix.stages import tune
 
     tmp, params = slices
     seen = {}
@@ -310,7 +312,7 @@ def test_ray_executor_runs_the_same_study_as_local(slices, monkeypatch, ray_clus
 
 def test_dropout_is_tuned_only_for_models_that_have_it():
     from driftmatrix.models.registry import REGISTRY
-    from driftmatrix.tune import has_dropout
+    from driftmatrix.stages.tune import has_dropout
 
     assert has_dropout(REGISTRY["ViT-S"].build(2, {}))  # MaskDropout blocks
     assert has_dropout(REGISTRY["FFN-S"].build(2, {"dim": 16}))  # nn.Dropout head

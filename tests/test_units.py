@@ -1,12 +1,12 @@
-"""Unit and cell identity: keyed by exactly what they read (driftmatrix.units, pure)."""
+"""Unit and cell identity: keyed by exactly what they read (driftmatrix.units.plan, pure)."""
 
 import numpy as np
 import pytest
 
 from driftmatrix.config import ConfigError, TrainConfig, replace
-from driftmatrix.training import window_train_rows
-from driftmatrix.provenance import Environment
-from driftmatrix.units import Window, parse_window, plan_model
+from driftmatrix.learn.train import window_train_rows
+from driftmatrix.units.provenance import Environment
+from driftmatrix.units.plan import Window, parse_window, plan_model
 
 IDENTITY = {"model": "MLP-S", "description": "mlp"}
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from driftmatrix import evaluation, training
+from driftmatrix.learn import score as evaluation
+from driftmatrix.learn import train as training
 from driftmatrix.config import to_raw
 from testkit.pipeline import Paths, prepare
 

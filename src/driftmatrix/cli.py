@@ -21,7 +21,7 @@ PARAMS_OPT = typer.Option(Path("params.yaml"), "--params", "-p", help="Parameter
 
 
 def _setup_logging(verbose: bool = False) -> None:
-    from driftmatrix.trackserver import RedactingFormatter
+    from driftmatrix.tracking.server import RedactingFormatter
 
     handler = logging.StreamHandler()  # credentials in URIs masked in every line
     handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
@@ -104,7 +104,7 @@ def ingest(params: Path = PARAMS_OPT, strict: bool = typer.Option(False, help="A
     """Read the configured raw dataset into the normalised table."""
     from dataclasses import replace
 
-    from driftmatrix.data import ingest as stage
+    from driftmatrix.stages import ingest as stage
 
     p = _params(params)
     overrides = _parse_options(option)
@@ -136,7 +136,7 @@ def slice_cmd(params: Path = PARAMS_OPT, src: Path = typer.Option(Path("outputs/
               out: Path = typer.Option(Path("outputs/slices"))) -> None:
     """Cut the table into periods (slicing.period x width), drop slices under slicing.min_samples
     (reported), split each into train and test (slicing.test_fraction, stratified)."""
-    from driftmatrix import slicing
+    from driftmatrix.data import slicing
 
     manifest = slicing.run(_params(params), src, out)
     typer.echo(slicing.describe(manifest))
@@ -162,7 +162,7 @@ def audit(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/s
           validation: Path = typer.Option(Path("outputs/validation"))) -> None:
     """Between-slice label/covariate drift matrices, prevalence, plots and report.html, from the
     slices alone (`driftmatrix report` correlates them with the models' decay)."""
-    from driftmatrix.audit import stage
+    from driftmatrix.stages import audit as stage
 
     result = stage.run(_params(params), slices, out, validation)
     typer.echo(f"audit of {result['dataset']}: {', '.join(result['measures'])} -> {out / 'report.html'}")
@@ -190,7 +190,7 @@ def train(model: str = typer.Option(..., "--model", "-m", help="Registry name, e
           out: Path = typer.Option(Path("outputs/checkpoints")), features: Path = FEATURES_OPT) -> None:
     """Train a fresh model per (cutoff, seed) on its training window (train.window: the cumulative
     history by default); skips the units already trained under the same key."""
-    from driftmatrix import training
+    from driftmatrix.learn import train as training
 
     training.run(_params(params), model, slices, out, features_dir=features)
 
@@ -201,7 +201,7 @@ def evaluate(model: str = typer.Option(..., "--model", "-m"), params: Path = PAR
              checkpoints: Path = typer.Option(Path("outputs/checkpoints")),
              out: Path = typer.Option(Path("outputs/scores")), features: Path = FEATURES_OPT) -> None:
     """Score every checkpoint on every slice in one pass; write drift-matrix rows."""
-    from driftmatrix import evaluation
+    from driftmatrix.learn import score as evaluation
 
     evaluation.run(_params(params), model, slices, checkpoints, out, features_dir=features)
 
@@ -214,7 +214,7 @@ def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
              plots: Path = typer.Option(None, help="Matrix CSVs DVC plots [default: metrics/matrices].")) -> None:
     """Seed-averaged matrices of the current configuration, summary scores, DVC metrics and plots
     (numbers only; `driftmatrix report` draws and logs them)."""
-    from driftmatrix import matrices as stage
+    from driftmatrix.stages import matrices as stage
 
     stage.run(_params(params), scores, out, slices_dir=slices, metrics_path=metrics or stage.DVC_METRICS,
               plots_dir=plots or stage.DVC_MATRICES)
@@ -231,7 +231,7 @@ def backtest(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
                                                      "published ones (no scores needed).")) -> None:
     """Backtest every label-free estimator on the drift matrices: each future cell estimated from
     what was known at its cutoff, against its true value (docs/estimates.md)."""
-    from driftmatrix.estimate import stage
+    from driftmatrix.stages import estimates as stage
 
     if matrices is not None:
         result = stage.run_matrices(matrices, out)
@@ -260,7 +260,7 @@ def estimate(data: Path = typer.Option(..., "--data", help="The new period in th
     """Every cutoff model's score on a new period before its labels arrive, per method, and a
     `retrain` flag when the best-backtested method drops more than estimate.alert_drop points."""
     from driftmatrix.config import estimate_config
-    from driftmatrix.estimate import newperiod
+    from driftmatrix.stages import newperiod
 
     p = _params(params)
     records = newperiod.run(p, data, slices, scores, checkpoints, estimates, out, ahead=ahead, latest=latest,
@@ -273,7 +273,7 @@ def estimate(data: Path = typer.Option(..., "--data", help="The new period in th
 @app.command("repair-lock", hidden=True)
 def repair_lock(path: Path = typer.Argument(Path("dvc.lock"))) -> None:
     """Move a dvc.lock torn by a killed `dvc repro` aside (`make repro` does this first)."""
-    from driftmatrix.pipeline import repair_dvc_lock
+    from driftmatrix.runtime.dvc import repair_dvc_lock
 
     aside = repair_dvc_lock(path)
     if aside is not None:
@@ -287,7 +287,7 @@ def status(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/
            scores: Path = typer.Option(Path("outputs/scores"))) -> None:
     """Per model, the K x S grid of done / stale / missing units, the cells still to score, and
     what `dvc repro` would do about it (reads files only; nothing runs)."""
-    from driftmatrix import status as stage
+    from driftmatrix.units import status as stage
 
     statuses = stage.read_status(_params(params), slices, checkpoints, scores)
     for s in statuses:
@@ -306,7 +306,7 @@ def saliency(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("output
              features: Path = FEATURES_OPT,
              mlflow: bool = typer.Option(True, help="Log maps and scores to each checkpoint's run.")) -> None:
     """Gradient saliency maps and concentration scores of the checkpoints in params.yaml: saliency."""
-    from driftmatrix.explain import stage
+    from driftmatrix.stages import saliency as stage
 
     result = stage.run(_params(params), slices, checkpoints, out, log_mlflow=mlflow, features_dir=features)
     for r in result["summary"]:
@@ -324,7 +324,7 @@ def tune(model: list[str] = typer.Option([], "--model", "-m", help="Registry nam
          presets: Optional[Path] = typer.Option(None, help="Preset folder (default: tune.presets_dir)."),
          features: Path = FEATURES_OPT) -> None:
     """Optuna search on data up to the tuning cutoff only; resumable; writes presets/tuned/<dataset>-<model>.yaml."""
-    from driftmatrix import tune as stage
+    from driftmatrix.stages import tune as stage
 
     p = _params(params)
     for name in model or list(p.models):
@@ -350,7 +350,7 @@ def plan(params: list[Path] = typer.Option([Path("params.yaml")], "--params", "-
     """Simulate the Ray schedule of a study on N GPUs: makespan, utilisation, cost (see scaleplan.py)."""
     import json
 
-    from driftmatrix import scaleplan
+    from driftmatrix.runtime import scaleplan
 
     if scale not in ("gpu", "cpu"):
         raise typer.BadParameter("--scale must be gpu or cpu")
@@ -493,7 +493,7 @@ def report(path: Path = MATRICES_ARG,
            params: Path = PARAMS_OPT) -> None:
     """Self-contained HTML report (tables and inlined figures) of a folder of matrices, and one
     heatmap PNG per model in plots/ beside it."""
-    from driftmatrix import report as stage
+    from driftmatrix.stages import report as stage
 
     typer.echo(stage.run(path, out, audit=audit, title=title, params=_params(params) if track else None))
 
@@ -504,7 +504,7 @@ def main() -> None:
     except Exception as exc:  # clear one-line errors for known user mistakes
         from driftmatrix.config import ConfigError
         from driftmatrix.data.table import DataError
-        from driftmatrix.trackserver import explain, redact
+        from driftmatrix.tracking.server import explain, redact
 
         if isinstance(exc, (ConfigError, DataError)):
             typer.echo(f"error: {redact(str(exc))}", err=True)

@@ -241,7 +241,7 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     for name in models:  # validate every override early, with the model named
         params.train_for(name)
     build(EstimateConfig, extra.get("estimate"), f"{source}: estimate")
-    from driftmatrix.tasks import metric_for
+    from driftmatrix.learn.tasks import metric_for
 
     metric = build(EvaluationConfig, extra.get("evaluation"), f"{source}: evaluation").metric
     try:

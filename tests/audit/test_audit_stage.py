@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from driftmatrix.audit import gate, stage
+from driftmatrix.audit import gate
+from driftmatrix.stages import audit as stage
 from testkit.slices import make_slices, write_slices
 from driftmatrix.config import parse_params
 

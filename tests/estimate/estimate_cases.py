@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from driftmatrix.estimate.cells import from_doc
-from driftmatrix.evaluation import forward_stats, row_correctness
+from driftmatrix.learn.score import forward_stats, row_correctness
 
 
 def logits_for(pred: np.ndarray, conf: np.ndarray, n_classes: int = 2) -> np.ndarray:

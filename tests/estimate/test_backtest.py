@@ -145,7 +145,7 @@ def test_published_matrices_backtest_the_matrix_methods_only(tmp_path):
     no noise floor, one file per model."""
     import json
 
-    from driftmatrix.estimate import stage
+    from driftmatrix.stages import estimates as stage
 
     K = 8
     decay = np.array([[90.0 - 3 * max(j - i, 0) for j in range(K)] for i in range(K)])

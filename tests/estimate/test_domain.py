@@ -6,7 +6,7 @@ import pytest
 
 from driftmatrix.estimate import domain, methods
 from driftmatrix.estimate.cells import from_doc, pooled
-from driftmatrix.evaluation import score_cell
+from driftmatrix.learn.score import score_cell
 from estimate_cases import calibrated
 
 
@@ -82,7 +82,7 @@ def test_a_feature_table_gives_its_numeric_columns_per_slice(tmp_path):
     from driftmatrix.config import parse_params
     from driftmatrix.data.table import DatasetMeta
     from testkit.pipeline import Paths, prepare
-    from driftmatrix.slicing import load_slices
+    from driftmatrix.data.slicing import load_slices
 
     params = parse_params({
         "dataset": {"name": "tab", "source": "table", "path": str(tmp_path / "raw"), "task": "binary",

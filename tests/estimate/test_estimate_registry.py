@@ -55,7 +55,7 @@ def estimate(paths, tmp, params_file, out, registry: bool):
 def test_registry_versions_give_the_checkpoints_estimates_for_every_cutoff(trained, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix.tracking import alias_for, configure, registered_name
+    from driftmatrix.tracking.runs import alias_for, configure, registered_name
 
     params, paths, tmp = trained
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -93,7 +93,7 @@ def test_a_missing_registry_version_is_a_one_line_error_naming_the_unit(trained,
     raw["dataset"]["name"] = "renamed"  # unit keys do not include the name: the scores still match
     renamed = tmp / "renamed.yaml"
     renamed.write_text(yaml.safe_dump(raw))
-    with caplog.at_level(logging.WARNING, logger="driftmatrix.estimate.newperiod"):
+    with caplog.at_level(logging.WARNING, logger="driftmatrix.stages.newperiod"):
         got = estimate(paths, tmp, renamed, tmp / "missing", registry=True)
     assert isinstance(got.exception, DataError) and "could be estimated" in str(got.exception)
     lines = [r.getMessage() for r in caplog.records if "registry" in r.getMessage()]
@@ -110,8 +110,8 @@ def test_a_version_of_another_key_or_other_weights_is_never_used(trained, monkey
     version's outputs with this plan's statistics; the other model is still estimated."""
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix.tracking import configure, registered_name
-    from driftmatrix.training import planned_unit
+    from driftmatrix.tracking.runs import configure, registered_name
+    from driftmatrix.learn.train import planned_unit
 
     params, paths, tmp = trained
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
@@ -129,7 +129,7 @@ def test_a_version_of_another_key_or_other_weights_is_never_used(trained, monkey
         caplog.clear()
         client.set_model_version_tag(name, version.version, tag, value)
         try:
-            with caplog.at_level(logging.WARNING, logger="driftmatrix.estimate.newperiod"):
+            with caplog.at_level(logging.WARNING, logger="driftmatrix.stages.newperiod"):
                 got = estimate(paths, tmp, tmp / "params.yaml", tmp / f"other-{tag}", registry=True)
         finally:
             client.set_model_version_tag(name, version.version, tag, version.tags[tag])

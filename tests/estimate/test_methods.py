@@ -88,7 +88,7 @@ def test_a_small_sample_needs_a_significant_move_before_the_label_shift_flag_fir
 
 
 def test_the_trusted_method_is_the_best_backtested_one_but_never_carry_forward():
-    from driftmatrix.estimate.newperiod import choose
+    from driftmatrix.stages.newperiod import choose
 
     summary = {"noise_floor": 2.0, "carry-forward": {"mae": 3.0}, "trend": {"mae": 4.0}, "AC": {"mae": 3.5},
                "BBSE": {"mae": 5.0}}
@@ -123,7 +123,7 @@ def test_estimate_all_refuses_a_labelled_target_and_skips_confidence_methods_wit
 
 
 def test_forward_stats_are_fixed_size_and_count_what_they_say():
-    from driftmatrix.evaluation import CONF_BINS, forward_stats
+    from driftmatrix.learn.score import CONF_BINS, forward_stats
 
     rng = np.random.default_rng(6)
     logits, y = calibrated(rng, 100_000)

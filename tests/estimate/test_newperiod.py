@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from driftmatrix.estimate.backtest import ModelScores
-from driftmatrix.estimate.newperiod import SHIFT_CANDIDATES, estimate_model, render
+from driftmatrix.stages.newperiod import SHIFT_CANDIDATES, estimate_model, render
 from estimate_cases import class_conditional, logits_for, stats
 
 K = 4

@@ -25,9 +25,9 @@ def finished(tmp_path_factory, tiny_params):
 def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, monkeypatch):
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix.estimate import stage
+    from driftmatrix.stages import estimates as stage
     from driftmatrix.estimate.methods import METHODS
-    from driftmatrix.tracking import configure
+    from driftmatrix.tracking.runs import configure
 
     params, paths, tmp = finished
     out, metrics = tmp / "out" / "estimates", tmp / "metrics" / "estimates.json"
@@ -71,7 +71,7 @@ def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, 
     assert len(runs) == 1 and {"MLP-S.trend.mae", "MLP-S.previous_period.trend.mae", "MLP-S.causal_mae",
                                "MLP-S.previous_period.causal_mae"} <= set(runs[0].data.metrics)
 
-    from driftmatrix import report
+    from driftmatrix.stages import report
 
     html = report.run(paths.matrices, tmp / "report" / "report.html", audit=None).read_text()
     assert 'id="estimates"' in html and "noise floor" in html and html.count('class="errmap"') == len(MODELS)
@@ -87,8 +87,8 @@ def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, 
 def test_score_docs_and_matrices_carry_each_units_training_seconds(finished):
     """The evaluate stage copies each unit record's measured seconds into its score doc, and the
     matrices stage lays them out per (seed, cutoff): the cost side of a retraining policy."""
-    from driftmatrix.checkpoints import CheckpointStore
-    from driftmatrix.evaluation import ScoreStore
+    from driftmatrix.units.store import CheckpointStore
+    from driftmatrix.learn.score import ScoreStore
 
     params, paths, tmp = finished
     store, ckpts = ScoreStore(paths.scores, "MLP-S"), CheckpointStore(paths.checkpoints, "MLP-S")
@@ -145,7 +145,7 @@ def test_estimate_command_on_a_folder_without_labels(finished, monkeypatch):
 
 def test_estimate_reads_no_labels_class_folders_give_the_same_estimates(finished):
     """The same images in F/ and M/ folders (labels present) give the same numbers: labels are ignored."""
-    from driftmatrix.estimate import newperiod
+    from driftmatrix.stages import newperiod
 
     params, paths, tmp = finished
     flat, _ = new_year_without_labels(params, tmp)

@@ -30,10 +30,11 @@ def small_raw(tmp, **extra):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from driftmatrix import slicing
-    from driftmatrix.data import ingest, synthetic
-    from driftmatrix.evaluation import sync
-    from driftmatrix.training import CheckpointStore, Experiment, train_units
+    from driftmatrix.data import slicing
+    from driftmatrix.data import synthetic
+    from driftmatrix.stages import ingest
+    from driftmatrix.learn.score import sync
+    from driftmatrix.learn.train import CheckpointStore, Experiment, train_units
 
     tmp = tmp_path_factory.mktemp("explain")
     torch.set_num_threads(2)

@@ -14,7 +14,7 @@ import pytest
 from driftmatrix.config import ConfigError, replace
 from driftmatrix.data.synthetic import cue_region
 from driftmatrix.explain import concentration as conc
-from driftmatrix.explain import stage
+from driftmatrix.stages import saliency as stage
 
 
 @pytest.fixture(scope="module")
@@ -114,11 +114,12 @@ def test_stage_runs_a_frozen_encoder_head_from_pixels(tmp_path):
     frozen backbone in front of it and differentiates down to the portrait."""
     import torch
 
-    from driftmatrix import slicing
+    from driftmatrix.data import slicing
     from driftmatrix.config import parse_params
-    from driftmatrix.data import ingest, synthetic
+    from driftmatrix.data import synthetic
+    from driftmatrix.stages import ingest
     from driftmatrix.features import cache
-    from driftmatrix.training import CheckpointStore, Experiment, train_units
+    from driftmatrix.learn.train import CheckpointStore, Experiment, train_units
 
     params = parse_params({
         "dataset": {"name": "frozen", "path": str(tmp_path / "raw")},

@@ -24,8 +24,9 @@ def counting_encoder(monkeypatch):
 @pytest.fixture(scope="session")
 def review_slices(tmp_path_factory):
     """Generated reviews, ingested and sliced once: (params, slices dir)."""
-    from driftmatrix import slicing
-    from driftmatrix.data import ingest, synthetic_text
+    from driftmatrix.data import slicing
+    from driftmatrix.data import synthetic_text
+    from driftmatrix.stages import ingest
 
     root = tmp_path_factory.mktemp("reviews")
     params = text_params(root)

@@ -13,8 +13,8 @@ from textfixtures import TOY, CountingEncoder
 from driftmatrix.data.table import DataError
 from driftmatrix.features import cache, encoders
 from driftmatrix.features.cache import EmbedConfig, cache_key, load_cached_inputs
-from driftmatrix.slicing import load_slices
-from driftmatrix.training import Experiment
+from driftmatrix.data.slicing import load_slices
+from driftmatrix.learn.train import Experiment
 
 
 def n_rows(slices) -> int:
@@ -151,7 +151,7 @@ def test_embed_section_is_checked():
 def test_ray_executor_writes_the_same_shards_as_local(review_slices, tmp_path, ray_cluster):
     from textfixtures import load_counting
 
-    from driftmatrix.executor import RayExecutor, RuntimeConfig
+    from driftmatrix.runtime.executor import RayExecutor, RuntimeConfig
 
     params, slices = review_slices
     cfg = cache.embed_config(params.extra["embed"])
@@ -174,8 +174,8 @@ def test_embed_sources_are_keyed_by_their_contents(tmp_path):
     import os
 
     from driftmatrix.config import parse_params
-    from driftmatrix.provenance import Environment
-    from driftmatrix.training import model_plan
+    from driftmatrix.units.provenance import Environment
+    from driftmatrix.learn.train import model_plan
 
     folder, weights = tmp_path / "minilm", tmp_path / "effnet.safetensors"
     folder.mkdir()

@@ -81,9 +81,10 @@ def test_weights_map_in_order_with_shapes_checked():
 
 
 def test_image_heads_train_on_cached_pooled_features(tmp_path, tiny_params):
-    from driftmatrix import slicing
-    from driftmatrix.data import ingest, synthetic
-    from driftmatrix.training import Experiment
+    from driftmatrix.data import slicing
+    from driftmatrix.data import synthetic
+    from driftmatrix.stages import ingest
+    from driftmatrix.learn.train import Experiment
 
     params = tiny_params(tmp_path, synthetic={"per_year": 16, "years": 3}, slicing={"min_samples": 5},
                          models={"EffNet-L0": {}, "MLP-S": {}})

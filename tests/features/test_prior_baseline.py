@@ -19,8 +19,8 @@ import yaml
 
 from driftmatrix.config import parse_params
 from driftmatrix.models.heads import init_output_bias
-from driftmatrix.tasks import cell_score, make_loss
-from driftmatrix.training import Experiment, cutoff_train_rows, fit, predict
+from driftmatrix.learn.tasks import cell_score, make_loss
+from driftmatrix.learn.train import Experiment, cutoff_train_rows, fit, predict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -43,8 +43,9 @@ class HashedBagOfWords:
 @pytest.fixture(scope="module")
 def reviews(tmp_path_factory):
     """presets/text-reviews.yaml (12 half-years of generated reviews), sliced and embedded."""
-    from driftmatrix import slicing
-    from driftmatrix.data import ingest, synthetic_text
+    from driftmatrix.data import slicing
+    from driftmatrix.data import synthetic_text
+    from driftmatrix.stages import ingest
     from driftmatrix.features import cache, encoders
 
     root = tmp_path_factory.mktemp("prior")

@@ -10,10 +10,10 @@ import yaml
 from textfixtures import text_raw
 from typer.testing import CliRunner
 
-from driftmatrix import tasks
+from driftmatrix.learn import tasks
 from driftmatrix.cli import app
 from driftmatrix.features import cache
-from driftmatrix.training import Experiment, cutoff_train_rows
+from driftmatrix.learn.train import Experiment, cutoff_train_rows
 
 
 def test_loss_weights_come_from_the_cutoffs_training_rows_only(review_slices, counting_encoder, tmp_path, monkeypatch):

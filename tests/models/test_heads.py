@@ -14,8 +14,8 @@ from driftmatrix.features.inputs import PixelInputs, RowCountInputs
 from driftmatrix.models.catalog import IMAGE_SHAPES, TEXT_SHAPES
 from driftmatrix.models.heads import Prior, init_output_bias, output_bias, prior_bias
 from driftmatrix.models.registry import REGISTRY, get, is_baseline
-from driftmatrix.tasks import make_loss
-from driftmatrix.training import fit, predict
+from driftmatrix.learn.tasks import make_loss
+from driftmatrix.learn.train import fit, predict
 
 DIM, MAX_LEN, B = 16, 8, 3
 RNG = np.random.default_rng(0)

@@ -109,8 +109,8 @@ def test_a_model_revision_rekeys_only_that_models_units(monkeypatch):
 
     from driftmatrix.config import parse_params
     from driftmatrix.models import registry
-    from driftmatrix.provenance import Environment
-    from driftmatrix.training import model_plan
+    from driftmatrix.units.provenance import Environment
+    from driftmatrix.learn.train import model_plan
 
     env = Environment("fp32", "cpu", 1)
     params = parse_params({"dataset": {"name": "toy"}, "models": {"ViT-S": {}, "CNN-S": {}}})

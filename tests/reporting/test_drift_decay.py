@@ -6,8 +6,8 @@ import json
 import numpy as np
 import pytest
 
-from driftmatrix import report
-from driftmatrix.audit import stage
+from driftmatrix.stages import report
+from driftmatrix.stages import audit as stage
 from driftmatrix.audit.slices import load_slices
 from testkit.slices import make_slices, write_slices
 from driftmatrix.config import parse_params

@@ -6,7 +6,7 @@ import subprocess
 from pathlib import Path
 
 
-from driftmatrix.reporting import ui
+from driftmatrix.tracking import ui
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +28,7 @@ def test_make_ui_binds_localhost_only_and_prints_the_runs_url():
     lines = _ui_recipe()
     server = next(ln for ln in lines if "mlflow ui" in ln)
     assert re.search(r"--host\s+127\.0\.0\.1\b", server) and "0.0.0.0" not in server
-    helper = next(ln for ln in lines if "driftmatrix.reporting.ui" in ln)
+    helper = next(ln for ln in lines if "driftmatrix.tracking.ui" in ln)
     assert "--host 127.0.0.1" in helper
     store = re.search(r'--backend-store-uri\s+"?([^"\s]+)', server).group(1)
     assert f'--uri "{store}"' in helper or f"--uri {store}" in helper  # both look at one store

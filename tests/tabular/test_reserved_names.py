@@ -9,7 +9,9 @@ import json
 import numpy as np
 import pandas as pd
 
-from driftmatrix import evaluation, matrices, training
+from driftmatrix.learn import score as evaluation
+from driftmatrix.stages import matrices
+from driftmatrix.learn import train as training
 from driftmatrix.audit import gate
 from testkit.pipeline import Paths, prepare
 
@@ -56,7 +58,7 @@ def test_a_table_whose_features_are_named_like_internal_columns_runs_end_to_end(
 
     import mlflow
 
-    from driftmatrix import tracking
+    from driftmatrix.tracking import runs as tracking
 
     tracking.configure(params.tracking)
     pyfunc = mlflow.pyfunc.load_model("models:/tinytab.LogReg@cutoff-2017")

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from driftmatrix.audit import features as fd
-from driftmatrix.audit import gate, stage
+from driftmatrix.audit import gate
+from driftmatrix.stages import audit as stage
 from driftmatrix.audit.slices import load_slices
 
 

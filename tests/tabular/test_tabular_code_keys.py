@@ -18,7 +18,7 @@ def test_a_project_estimator_the_train_stage_does_not_depend_on_stops_it(sliced,
     """DVC would skip train@MyEst when its module changes: one line, before any unit trains."""
     from pathlib import Path
 
-    from driftmatrix import training
+    from driftmatrix.learn import train as training
     from driftmatrix.config import ConfigError
     from test_code_keys import forget
 

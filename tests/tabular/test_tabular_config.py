@@ -48,7 +48,8 @@ def test_an_estimator_without_the_method_its_task_needs_stops_at_parse_time(tmp_
 
 def test_the_train_command_refuses_before_training_with_one_line(tmp_path, monkeypatch, capsys):
     """`driftmatrix train` (what `dvc repro` runs) stops in load_params: exit 2, one line, no unit."""
-    from driftmatrix import cli, training
+    from driftmatrix import cli
+    from driftmatrix.learn import train as training
 
     raw = {"dataset": {"name": "t", "source": "table", "path": str(tmp_path / "raw"), "task": "multilabel",
                        "options": {"timestamp": "year", "label": "tags", "features": "auto"}},
@@ -64,7 +65,7 @@ def test_the_train_command_refuses_before_training_with_one_line(tmp_path, monke
 
 
 def test_library_fits_log_their_iterations_not_epochs(sliced, caplog):
-    from driftmatrix import training
+    from driftmatrix.learn import train as training
 
     params, paths = sliced
     caplog.set_level("INFO")
@@ -103,7 +104,9 @@ def test_mlp_tab_is_the_tabular_multilabel_model_and_trains(tmp_path):
 
     import pandas as pd
 
-    from driftmatrix import evaluation, matrices, training
+    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import matrices
+    from driftmatrix.learn import train as training
     from testkit.pipeline import Paths, prepare
 
     rng = np.random.default_rng(0)

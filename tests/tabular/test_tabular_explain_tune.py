@@ -6,7 +6,7 @@ import json
 
 import numpy as np
 
-from driftmatrix import training
+from driftmatrix.learn import train as training
 from driftmatrix.explain import importance
 
 
@@ -40,8 +40,8 @@ def test_held_out_rows_are_the_windows_test_splits():
 
 
 def test_tuning_objective_fits_tabular_models_on_the_inner_train_rows_only(sliced, tmp_path):
-    from driftmatrix import tune
-    from driftmatrix.training import Experiment
+    from driftmatrix.stages import tune
+    from driftmatrix.learn.train import Experiment
 
     from test_tabular_models import _poison_future
 

@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 import torch
 
-from driftmatrix.checkpoints import CheckpointStore, load_model_folder
+from driftmatrix.units.store import CheckpointStore, load_model_folder
 from driftmatrix.config import ConfigError
 from driftmatrix.data.table import feature_column
 from driftmatrix.features.table import TableInputs, category_hash
 from driftmatrix.models import tabular
-from driftmatrix.training import Experiment, predict
+from driftmatrix.learn.train import Experiment, predict
 
 from conftest import TABULAR, make_table_params
 
@@ -143,7 +143,7 @@ def _skops_bytes_of_exploit() -> bytes:
 
 
 def test_loading_code_has_no_pickle_path():
-    for module in ("models/tabular.py", "checkpoints.py", "features/table.py"):
+    for module in ("models/tabular.py", "units/store.py", "features/table.py"):
         text = (Path(tabular.__file__).parents[1] / module).read_text()
         for call in ("pickle.load", "joblib.load", "torch.load(", "cloudpickle", "sio.load(", "trusted=True"):
             assert call not in text, f"{module} uses {call}"
@@ -189,14 +189,14 @@ def test_an_estimator_trusts_only_what_params_yaml_lists(sliced, tmp_path, table
     ({"estimator": "json.JSONDecoder"}, "not a scikit-learn-compatible"),
 ])
 def test_bad_estimator_entries_are_one_line_errors(tmp_path, entry, match):
-    from driftmatrix.training import effective_config
+    from driftmatrix.learn.train import effective_config
 
     with pytest.raises(ConfigError, match=match):
         effective_config(make_table_params(tmp_path, models={"Mine": entry}), "Mine")
 
 
 def test_estimator_options_on_catalog_and_torch_models_are_refused(tmp_path):
-    from driftmatrix.training import effective_config
+    from driftmatrix.learn.train import effective_config
 
     with pytest.raises(ConfigError, match="catalog model"):
         effective_config(make_table_params(tmp_path, models={"HistGBT": {"estimator": "sklearn.svm.SVC"}}), "HistGBT")

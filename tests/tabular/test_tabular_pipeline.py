@@ -7,7 +7,9 @@ import json
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from driftmatrix import evaluation, matrices, training
+from driftmatrix.learn import score as evaluation
+from driftmatrix.stages import matrices
+from driftmatrix.learn import train as training
 from testkit.pipeline import Paths, prepare
 
 from conftest import make_table_params
@@ -77,9 +79,11 @@ def test_registered_tabular_versions_are_pyfunc_models_predicting_the_pipelines_
     import mlflow
     import numpy as np
 
-    from driftmatrix import checkpoints, serving, tracking
+    from driftmatrix.units import store as checkpoints
+    from driftmatrix.tracking import pyfunc as serving
+    from driftmatrix.tracking import runs as tracking
     from driftmatrix.data.table import DatasetMeta, feature_column
-    from driftmatrix.slicing import load_slices
+    from driftmatrix.data.slicing import load_slices
 
     params, paths, _, _ = _stage(tmp_path, 4, caplog)
     tracking.configure(params.tracking)

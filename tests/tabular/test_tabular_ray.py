@@ -7,7 +7,7 @@ import json
 import numpy as np
 from conftest import make_table_params
 
-from driftmatrix import matrices
+from driftmatrix.stages import matrices
 from testkit.pipeline import Paths, prepare, train_and_evaluate
 
 MODELS = {"LogReg": {}, "HistGBT": {}, "LightGBM": {}}

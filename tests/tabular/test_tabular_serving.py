@@ -17,12 +17,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from driftmatrix import serving
+from driftmatrix.tracking import pyfunc as serving
 from driftmatrix.config import to_raw
 from driftmatrix.data.table import DatasetMeta
-from driftmatrix.evaluation import ScoreStore, eval_mask
+from driftmatrix.learn.score import ScoreStore, eval_mask
 from testkit.pipeline import Paths, run_all
-from driftmatrix.tasks import cell_score
+from driftmatrix.learn.tasks import cell_score
 
 from conftest import make_table_params
 from servekit import held_out, in_process, post, served
@@ -108,7 +108,7 @@ def test_raw_rows_through_the_registered_model_are_the_evaluate_stages_numbers(f
 
 
 def _unit_key(params, paths, model: str) -> str:
-    from driftmatrix.training import ExperimentInfo, recorded_environment
+    from driftmatrix.learn.train import ExperimentInfo, recorded_environment
 
     env = recorded_environment(params, model, paths.checkpoints)
     return ExperimentInfo(params, model, paths.slices, env).plan.unit(SEED, CUTOFF).key
@@ -203,8 +203,8 @@ def test_the_loader_decides_what_skops_may_build_never_model_json(flags, tmp_pat
 def test_estimate_data_reads_a_new_feature_table_as_the_served_model_does(flags, tmp_path):
     """`estimate --data` on next year's CSV without labels: every model and cutoff estimated, its
     outputs those of the registered model on the same raw rows."""
-    from driftmatrix.estimate import newperiod
-    from driftmatrix.estimate.stage import load_model, read_manifest
+    from driftmatrix.stages import newperiod
+    from driftmatrix.stages.estimates import load_model, read_manifest
 
     params, paths, _, _ = flags
     new = write_table(tmp_path / "next.csv", years=[2006], seed=1, labels=False)

@@ -46,8 +46,9 @@ class Paths:
 
 def prepare(params: Params, paths: Paths, generate: bool = False) -> None:
     """Ingest and slice; with ``generate``, first write the built-in dataset to ``dataset.path``."""
-    from driftmatrix import slicing
-    from driftmatrix.data import ingest, synthetic
+    from driftmatrix.data import slicing
+    from driftmatrix.data import synthetic
+    from driftmatrix.stages import ingest
 
     if generate:
         synthetic.write_builtin(params.dataset.source, params.synthetic, params.dataset.path)
@@ -57,7 +58,8 @@ def prepare(params: Params, paths: Paths, generate: bool = False) -> None:
 
 def train_and_evaluate(params: Params, paths: Paths, models: list[str] | None = None) -> None:
     """Embed what frozen encoders the models need (once per document), then train and score."""
-    from driftmatrix import evaluation, training
+    from driftmatrix.learn import score as evaluation
+    from driftmatrix.learn import train as training
     from driftmatrix.features import cache
 
     models = models or list(params.models)
@@ -71,7 +73,8 @@ def train_and_evaluate(params: Params, paths: Paths, models: list[str] | None = 
 def run_all(params: Params, paths: Paths = Paths(), generate: bool = False) -> None:
     """Every stage in order; the validation gate (as ``dvc repro``'s validate stage) runs before any
     training and raises ``audit.gate.ValidationFailed`` when a critical check fails."""
-    from driftmatrix import matrices, report
+    from driftmatrix.stages import matrices
+    from driftmatrix.stages import report
     from driftmatrix.audit import gate
 
     prepare(params, paths, generate)

@@ -39,7 +39,7 @@ class Slices:
 
 def load_slices(slices_dir: str | Path, images: bool = False) -> Slices:
     """The slices folder as a Slices record (images memory-mapped, only when asked)."""
-    from driftmatrix import slicing
+    from driftmatrix.data import slicing
 
     rows, manifest, imgs = slicing.load_slices(slices_dir)
     return Slices(rows=rows, manifest=manifest, meta=DatasetMeta.from_dict(manifest["dataset"]),

@@ -8,8 +8,8 @@
   classifier's importance weights (``IW-inputs``);
 - :mod:`~driftmatrix.estimate.backtest`: every future cell M[i, j > i] of a drift matrix estimated
   from what was known at cutoff i, against its true value (pure);
-- :mod:`~driftmatrix.estimate.stage`: the ``estimates`` DVC stage (files, metrics, MLflow);
-- :mod:`~driftmatrix.estimate.newperiod`: ``driftmatrix estimate --data PATH``.
+- :mod:`~driftmatrix.stages.estimates`: the ``estimates`` DVC stage (files, metrics, MLflow);
+- :mod:`~driftmatrix.stages.newperiod`: ``driftmatrix estimate --data PATH``.
 
 docs/estimates.md describes each method, what it assumes and where it does not apply.
 """

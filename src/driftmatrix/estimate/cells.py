@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from driftmatrix.evaluation import CONF_BINS, decode_correctness
+from driftmatrix.learn.score import CONF_BINS, decode_correctness
 
 
 @dataclass(frozen=True)

@@ -160,7 +160,7 @@ def read_slice_inputs(slices_dir: str | Path) -> SliceInputs | None:
     """The features of every slice of a slices folder: its images (``images.npy``) or its numeric
     feature columns; None for text and other inputs."""
     from driftmatrix.data.table import DatasetMeta, feature_column
-    from driftmatrix.slicing import load_slices
+    from driftmatrix.data.slicing import load_slices
 
     rows, manifest, images = load_slices(slices_dir)
     meta = DatasetMeta.from_dict(manifest["dataset"])

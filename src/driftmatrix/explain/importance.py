@@ -38,7 +38,7 @@ def held_out_rows(slice_ids: np.ndarray, split: np.ndarray, window, max_rows: in
 
 def score(model, num, cat, targets, task: str, metric) -> float:
     """The cell metric (``tasks.MetricInfo``) of ``model`` on these rows, signed so that higher is better."""
-    from driftmatrix.tasks import cell_score
+    from driftmatrix.learn.tasks import cell_score
 
     value, _ = cell_score(task, model.predict_arrays(num, cat), targets, metric=metric.key)
     return value if metric.higher_is_better else -value
@@ -66,8 +66,8 @@ def permutation_importance(model, num: np.ndarray, cat: np.ndarray, targets: np.
 
 def model_importance(params: Params, model: str, slices_dir, checkpoints_dir, features_dir) -> dict[str, Any]:
     """Permutation importance of ``model`` at every cutoff whose first-seed unit is trained."""
-    from driftmatrix.checkpoints import CheckpointStore
-    from driftmatrix.training import Experiment, recorded_environment
+    from driftmatrix.units.store import CheckpointStore
+    from driftmatrix.learn.train import Experiment, recorded_environment
 
     exp = Experiment(params, model, slices_dir, features_dir,
                      recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True))

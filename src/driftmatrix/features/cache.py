@@ -8,7 +8,7 @@ the weights' name/path, the slices' ``data_version`` and the shard size)::
     states-00000.npy         float16 (n, max_len, D) token states, zeros at padding (text models)
     mask-00000.npy           bool (n, max_len), true on real tokens
 
-Each shard is a work item of the stage executor (``driftmatrix.executor``: this process, or Ray
+Each shard is a work item of the stage executor (``driftmatrix.runtime.executor``: this process, or Ray
 tasks that load the encoder once per worker): workers encode and return arrays, the driver alone
 writes the shard files, each atomically, so an interrupted run keeps every finished shard and
 redoes only the missing ones. Readers memory-map the shards: token states for 300k documents never
@@ -85,7 +85,7 @@ def needed(model_names: Iterable[str], cfg: EmbedConfig) -> dict[str, bool]:
 def features_identity(encoder: str, cfg: EmbedConfig) -> tuple[str, Any, dict[str, str], str]:
     """What computes an encoder's features: (name, weights, library versions, extent); the weights
     are an ``embed.sources`` path by content, else the hub id (the bundled copy is the same weights)."""
-    from driftmatrix.provenance import content_digest, package_version
+    from driftmatrix.units.provenance import content_digest, package_version
 
     info = encoders.info_for(encoder)
     source = cfg.sources.get(encoder)
@@ -96,7 +96,7 @@ def features_identity(encoder: str, cfg: EmbedConfig) -> tuple[str, Any, dict[st
 
 def encoder_identity(inputs: str, spec_encoder: str | None, embed: Mapping[str, Any] | EmbedConfig | None) -> str:
     """What a model's cached inputs are, apart from the data ('' for models that read no cache).
-    Part of every unit key (driftmatrix.units)."""
+    Part of every unit key (driftmatrix.units.plan)."""
     if inputs not in ("token_states", "pooled"):
         return ""
     cfg = embed_config(embed)
@@ -229,7 +229,7 @@ def encode_shard(ctx: LoadedEncoder, shard: Shard) -> dict[str, np.ndarray]:
 
 def _encode_shards(recipe: EncoderRecipe, items, out_dir: Path, with_states: bool, todo: list[int],
                    executor=None) -> None:
-    from driftmatrix.executor import LocalExecutor
+    from driftmatrix.runtime.executor import LocalExecutor
 
     n, size = len(items), recipe.cfg.shard_size
     executor = executor or LocalExecutor(progress=recipe.cfg.progress)
@@ -244,7 +244,7 @@ def _encode_shards(recipe: EncoderRecipe, items, out_dir: Path, with_states: boo
 def run(params, slices_dir: str | Path, features_dir: str | Path,
         models: Iterable[str] | None = None) -> list[dict[str, Any]]:
     """Embed stage: cache every encoder the configured models read (skips finished caches)."""
-    from driftmatrix.slicing import load_slices
+    from driftmatrix.data.slicing import load_slices
 
     cfg = embed_config(params.extra.get("embed"))
     wanted = needed(models or list(params.models), cfg)
@@ -253,7 +253,7 @@ def run(params, slices_dir: str | Path, features_dir: str | Path,
         log.info("embed: no configured model reads cached features; nothing to do")
         write_index(features_dir)
         return []
-    from driftmatrix.executor import make_executor, runtime_config
+    from driftmatrix.runtime.executor import make_executor, runtime_config
 
     rows, manifest, images = load_slices(slices_dir)
     version = manifest["data_version"]

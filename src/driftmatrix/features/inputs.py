@@ -94,7 +94,7 @@ def load_inputs(inputs: str, slices_dir: str | Path, features_dir: str | Path = 
     ``embed`` is the ``params.yaml: embed`` section (max length, encoder overrides) that names
     the feature cache of the non-pixel kinds.
     """
-    from driftmatrix.slicing import load_slices
+    from driftmatrix.data.slicing import load_slices
 
     if inputs == "none":
         rows, _, _ = load_slices(slices_dir)

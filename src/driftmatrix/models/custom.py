@@ -67,7 +67,7 @@ def library_versions(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
     its top-level package. Read from package metadata (no import)."""
     from importlib import metadata
 
-    from driftmatrix.provenance import package_version as version
+    from driftmatrix.units.provenance import package_version as version
 
     out = {"scikit-learn": version("scikit-learn"), "skops": version("skops")}
     if kind in SCIPY_KINDS:

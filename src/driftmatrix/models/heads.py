@@ -43,7 +43,7 @@ PSEUDO_COUNT = 0.5
 
 def prior_bias(task: str, train_targets: np.ndarray, num_outputs: int) -> np.ndarray:
     """The constant output (length ``num_outputs``) that minimises the task's training loss."""
-    from driftmatrix.tasks import level_weights, pos_weights
+    from driftmatrix.learn.tasks import level_weights, pos_weights
 
     y = np.asarray(train_targets)
     if len(y) == 0:

@@ -383,7 +383,7 @@ class TabularModel:
 
     def _fit_mlp(self, num, cat, y, cfg, seed, device, on_epoch, fit) -> list[float]:
         from driftmatrix.models.heads import init_output_bias
-        from driftmatrix.tasks import make_loss
+        from driftmatrix.learn.tasks import make_loss
 
         x, c = self.prep.transform(num, cat), self.prep.embed_indices(cat)
         torch.manual_seed(seed)
@@ -482,7 +482,7 @@ def describe_fit(est) -> str:
 
 def _level_weights(y: np.ndarray) -> np.ndarray:
     """Regression sample weights ``n / n_r`` per rating level (the paper's balanced loss)."""
-    from driftmatrix.tasks import level_weights
+    from driftmatrix.learn.tasks import level_weights
 
     levels, weights = level_weights(y)
     return weights[np.searchsorted(levels, np.round(y).astype(np.int64))].astype(np.float64)

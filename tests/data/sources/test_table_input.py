@@ -121,7 +121,7 @@ def test_markers_in_later_periods_keep_an_auto_column_numeric(tmp_path):
 
 def test_the_ingest_report_counts_per_slicing_period(tmp_path, caplog):
     from driftmatrix.config import parse_params
-    from driftmatrix.data import ingest
+    from driftmatrix.stages import ingest
 
     rows = [{"when": f"2015-{m:02d}-10", "x": m, "y": m % 2} for m in range(1, 13) for _ in range(m)]
     path = _write(tmp_path / "t.csv", rows)

@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 
 from driftmatrix.data.jsonl import BAD_TIME, BAD_TYPE, DUPLICATE, EMPTY, MISSING, OUT_OF_SCOPE, Drop
 from driftmatrix.data.table import DataError, IngestReport
-from driftmatrix.periods import PERIOD_MONTHS, month_label
+from driftmatrix.data.periods import PERIOD_MONTHS, month_label
 
 PERIODS = tuple(PERIOD_MONTHS)
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)

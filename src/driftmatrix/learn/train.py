@@ -1,11 +1,11 @@
 """Train stage: a fresh model per unit (model, cutoff i, seed) on the train splits of its window.
 
-The plan (``driftmatrix.units``) names the units of the current configuration by what made
-their numbers: data, settings, code and environment (``driftmatrix.provenance``); a unit whose
+The plan (``driftmatrix.units.plan``) names the units of the current configuration by what made
+their numbers: data, settings, code and environment (``driftmatrix.units.provenance``); a unit whose
 checkpoint folder is complete is done. The driver resolves the environment once and records it
-beside the checkpoints; workers (this process, or Ray tasks through ``driftmatrix.executor``)
+beside the checkpoints; workers (this process, or Ray tasks through ``driftmatrix.runtime.executor``)
 check that they compute the key they were handed, train and return weights; only this driver
-writes checkpoints (``driftmatrix.checkpoints``), so a kill at any moment loses at most the
+writes checkpoints (``driftmatrix.units.store``), so a kill at any moment loses at most the
 units in flight. MLflow is the evaluate stage's business: this module never imports it.
 """
 
@@ -20,11 +20,11 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from driftmatrix.checkpoints import CheckpointStore
+from driftmatrix.units.store import CheckpointStore
 from driftmatrix.config import ConfigError, Params, TrainConfig, build, evaluation_metric
-from driftmatrix.precision import resolve_device
-from driftmatrix.provenance import Environment
-from driftmatrix.units import ModelPlan, Unit, plan_model, slice_hashes
+from driftmatrix.learn.precision import resolve_device
+from driftmatrix.units.provenance import Environment
+from driftmatrix.units.plan import ModelPlan, Unit, plan_model, slice_hashes
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,10 @@ def effective_config(params: Params, model: str) -> TrainConfig:
     """``train`` < the model spec's own defaults (e.g. lr 1e-4 for frozen heads) < ``models.<name>``.
 
     ``precision`` and ``device`` stay as asked (``auto`` included): the train stage resolves them
-    once into the model's :class:`~driftmatrix.provenance.Environment`."""
+    once into the model's :class:`~driftmatrix.units.provenance.Environment`."""
     from driftmatrix.models.registry import get
 
-    from driftmatrix.units import parse_window
+    from driftmatrix.units.plan import parse_window
 
     from driftmatrix.models.custom import training_overrides
 
@@ -61,8 +61,8 @@ def model_options(params: Params, model: str) -> dict[str, Any]:
 
 def resolve_environment(params: Params, model: str) -> Environment:
     """This model's environment, resolved once by the driver of the train stage."""
-    from driftmatrix.executor import runtime_config, unit_threads
-    from driftmatrix.provenance import resolve_environment as resolve
+    from driftmatrix.runtime.executor import runtime_config, unit_threads
+    from driftmatrix.units.provenance import resolve_environment as resolve
 
     cfg, runtime = effective_config(params, model), runtime_config(params)
     res = runtime.resources_for(model)
@@ -90,7 +90,7 @@ def planned_unit(params: Params, model: str, cutoff: str, seed: int | None = Non
     """The current plan's unit of ``model`` trained up to ``cutoff`` with ``seed`` (default: the
     lowest), keyed with the environment the train stage recorded: what ``tracking.load_registered``
     loads."""
-    from driftmatrix.slicing import read_manifest
+    from driftmatrix.data.slicing import read_manifest
 
     plan = model_plan(params, model, read_manifest(slices_dir), recorded_environment(params, model, checkpoints_dir))
     seed = min(plan.seeds) if seed is None else seed
@@ -122,7 +122,7 @@ def fit(model, inputs, targets, train_idx: np.ndarray, cfg: TrainConfig,
 
     if cfg.precision not in ("fp32", "bf16"):
         raise ValueError(f"params.yaml: train.precision must be fp32 or bf16, got {cfg.precision!r}")
-    from driftmatrix.optim import make_optimizer
+    from driftmatrix.learn.optim import make_optimizer
 
     gen = torch.Generator().manual_seed(seed)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -205,8 +205,8 @@ def model_plan(params: Params, model: str, manifest: Mapping[str, Any], env: Env
     from driftmatrix.data.table import DatasetMeta
     from driftmatrix.features.cache import encoder_identity
     from driftmatrix.models.registry import get
-    from driftmatrix.provenance import SCORE_FORMAT, SCORE_ROOTS, code_key, unit_code
-    from driftmatrix.tasks import metric_for
+    from driftmatrix.units.provenance import SCORE_FORMAT, SCORE_ROOTS, code_key, unit_code
+    from driftmatrix.learn.tasks import metric_for
 
     spec, meta = get(model), DatasetMeta.from_dict(manifest["dataset"])
     metric = metric_for(meta.task, evaluation_metric(params))
@@ -236,8 +236,8 @@ class ExperimentInfo:
     def __init__(self, params: Params, model: str, slices_dir: str | Path, env: Environment):
         from driftmatrix.data.table import DatasetMeta
         from driftmatrix.models.registry import get
-        from driftmatrix.slicing import load_slices
-        from driftmatrix.tasks import metric_for, targets_array
+        from driftmatrix.data.slicing import load_slices
+        from driftmatrix.learn.tasks import metric_for, targets_array
 
         self.params, self.env = params, env
         self.spec = get(model)
@@ -311,7 +311,7 @@ class Experiment(ExperimentInfo):
     def train_unit(self, unit: Unit, on_epoch=None):
         """Fresh model of ``unit.seed`` trained on its window; returns (model, losses, rows)."""
         from driftmatrix.models.heads import init_output_bias
-        from driftmatrix.tasks import make_loss
+        from driftmatrix.learn.tasks import make_loss
 
         rows = self.train_rows(unit)
         if self.spec.inputs == "table":  # preprocessing and model fitted on the window's rows alone
@@ -357,7 +357,7 @@ def check_key(exp: Experiment, unit: Unit) -> None:
     data (its own plan gives the same key) and the same libraries, device and threads."""
     import torch
 
-    from driftmatrix.provenance import library_versions
+    from driftmatrix.units.provenance import library_versions
 
     here = Environment(exp.cfg.precision, exp.device.type,
                        torch.get_num_threads() if exp.device.type == "cpu" else None, library_versions())
@@ -374,8 +374,8 @@ def check_key(exp: Experiment, unit: Unit) -> None:
 def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
     """Worker side of one unit: check its key, train it and return its weights and numbers (writes
     nothing), with the hardware that computed it and where (host, Ray node)."""
-    from driftmatrix.executor import where
-    from driftmatrix.provenance import hardware
+    from driftmatrix.runtime.executor import where
+    from driftmatrix.units.provenance import hardware
 
     check_key(exp, unit)
     started = time.time()
@@ -427,7 +427,7 @@ def training_data(exp: Experiment, unit: Unit) -> dict[str, Any]:
 def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], executor=None,
                 recipe: ExperimentRecipe | None = None, tags: Mapping[str, str] = ()) -> list[dict[str, Any]]:
     """Train ``units`` through the executor and write each checkpoint as it arrives."""
-    from driftmatrix.executor import make_executor, runtime_config
+    from driftmatrix.runtime.executor import make_executor, runtime_config
 
     executor = executor or make_executor(runtime_config(exp.params))
     description, done = exp.description(), []
@@ -447,8 +447,8 @@ def largest_first(units: Sequence[Unit], manifest: Mapping[str, Any]) -> list[Un
 
 
 #: What an :class:`Experiment` and a unit import, preloaded by the local worker server.
-WORKER_MODULES = ("driftmatrix.training", "driftmatrix.slicing", "driftmatrix.features.inputs",
-                  "driftmatrix.models.image", "driftmatrix.tasks", "driftmatrix.optim")
+WORKER_MODULES = ("driftmatrix.learn.train", "driftmatrix.data.slicing", "driftmatrix.features.inputs",
+                  "driftmatrix.models.image", "driftmatrix.learn.tasks", "driftmatrix.learn.optim")
 
 
 #: What a tabular model's units import besides (the worker server preloads them for table models).
@@ -458,7 +458,7 @@ TABULAR_MODULES = ("driftmatrix.models.tabular", "driftmatrix.features.table", "
 
 def start_workers(params: Params, model: str, preload: Sequence[str] = WORKER_MODULES) -> bool:
     """Start the local worker server before this stage's own imports (``executor.start_worker_server``)."""
-    from driftmatrix.executor import runtime_config, start_worker_server
+    from driftmatrix.runtime.executor import runtime_config, start_worker_server
     from driftmatrix.models.registry import get
 
     if get(model).inputs == "table":  # scikit-learn and friends load once, in the server workers fork from
@@ -476,7 +476,7 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     with its drift-matrix row, so this process never imports MLflow or opens its store.
     """
     from driftmatrix.audit.gate import overridden_checks
-    from driftmatrix.provenance import undeclared
+    from driftmatrix.units.provenance import undeclared
 
     missing = undeclared(model_options(params, model).get("estimator", ""))
     if missing:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 from driftmatrix.config import Params
-from driftmatrix.units import ModelPlan
+from driftmatrix.units.plan import ModelPlan
 
 DONE, STALE, MISSING = "#", "~", "."
 
@@ -80,11 +80,11 @@ def would_do(statuses: Sequence[ModelStatus]) -> list[str]:
 def read_status(params: Params, slices_dir: str | Path, checkpoints_dir: str | Path,
                 scores_dir: str | Path) -> list[ModelStatus]:
     """The status of every configured model from the slices manifest and the files on disk."""
-    from driftmatrix.evaluation import ScoreStore
-    from driftmatrix.slicing import read_manifest
-    from driftmatrix.checkpoints import CheckpointStore
-    from driftmatrix.training import model_plan, recorded_environment
-    from driftmatrix.units import slice_hashes
+    from driftmatrix.learn.score import ScoreStore
+    from driftmatrix.data.slicing import read_manifest
+    from driftmatrix.units.store import CheckpointStore
+    from driftmatrix.learn.train import model_plan, recorded_environment
+    from driftmatrix.units.plan import slice_hashes
 
     manifest = read_manifest(slices_dir)
     hashes = slice_hashes(manifest)

@@ -3,11 +3,11 @@
 MLflow copies this file into every registered version and runs it to load one: it names the
 model class and nothing else. The network is rebuilt from ``artifacts/model.json`` and its
 weights read from ``artifacts/model.safetensors``; nothing is unpickled
-(:mod:`driftmatrix.serving` holds the class, so loading needs the project's environment).
+(:mod:`driftmatrix.tracking.pyfunc` holds the class, so loading needs the project's environment).
 """
 
 from mlflow.models import set_model
 
-from driftmatrix.serving import UnitModel
+from driftmatrix.tracking.pyfunc import UnitModel
 
 set_model(UnitModel())

@@ -98,7 +98,7 @@ def slice_index(labels: list[str], label: str, what: str) -> int:
 
 def select_rows(slice_ids: np.ndarray, split: np.ndarray, cutoff: int, j: int, n: int) -> np.ndarray:
     """Up to ``n`` rows of the evaluation set of cell (cutoff, j), sorted; the draw depends on j only."""
-    from driftmatrix.evaluation import eval_mask
+    from driftmatrix.learn.score import eval_mask
 
     rows = np.flatnonzero(eval_mask(slice_ids, split, cutoff, j))
     if len(rows) > n:
@@ -145,7 +145,7 @@ def pixel_inputs(exp, slices_dir: str | Path):
 def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
                    run_ids: Mapping[str, str] | None = None) -> list[tuple[int, str, str | None]]:
     """(seed, unit key, run id) of every seed of the plan whose unit at ``cutoff`` is trained."""
-    from driftmatrix.checkpoints import CheckpointStore
+    from driftmatrix.units.store import CheckpointStore
 
     store = CheckpointStore(checkpoints_dir, exp.spec.name)
     found = [(s, exp.plan.unit(s, cutoff).key) for s in exp.plan.seeds]
@@ -165,7 +165,7 @@ def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None
 
     per_image = {"top5_share_img": lambda m: conc.top_share(conc.pool(m.cpu().numpy(), block)),
                  "entropy_img": lambda m: conc.normalised_entropy(conc.pool(m.cpu().numpy(), block))}
-    from driftmatrix.checkpoints import CheckpointStore
+    from driftmatrix.units.store import CheckpointStore
 
     store = CheckpointStore(checkpoints_dir, exp.spec.name)
     maps, image, img_scores = [], None, []
@@ -241,11 +241,11 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     """Compute every configured cell, write arrays, tables and figures; log to the checkpoints' runs."""
     import pandas as pd
 
-    from driftmatrix.training import Experiment, recorded_environment
+    from driftmatrix.learn.train import Experiment, recorded_environment
 
     from dataclasses import replace
 
-    from driftmatrix.slicing import read_manifest
+    from driftmatrix.data.slicing import read_manifest
 
     cfg = saliency_config(params)
     out = Path(out_dir)
@@ -309,7 +309,7 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
 
 
 def _live_runs(params: Params, dataset: str, model: str) -> dict[str, str]:
-    from driftmatrix import tracking
+    from driftmatrix.tracking import runs as tracking
 
     return tracking.live_runs(tracking.configure(params.tracking), dataset, model)
 
@@ -323,7 +323,7 @@ def _log_runs(params: Params, logged, table, figures) -> None:
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix import tracking
+    from driftmatrix.tracking import runs as tracking
 
     tracking.configure(params.tracking)
     client, now = MlflowClient(), int(time.time() * 1000)

@@ -4,7 +4,7 @@
   identity, the training settings that change its numbers (:data:`UNIT_SETTINGS`: not the seed
   list, evaluation batch size or tracking settings), its seed, the content hashes of the slices
   in its window (not the window's name: the same rows train the same model), the digest of the
-  code on its training path and its resolved environment (``driftmatrix.provenance``). Appending
+  code on its training path and its resolved environment (``driftmatrix.units.provenance``). Appending
   a later slice therefore changes no earlier unit's key, adding a seed adds only that seed's
   units, late rows in slice j change exactly the units whose window holds j, and a changed
   statement on a model's training path changes exactly that model's units.

@@ -56,13 +56,13 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.pyfunc import PythonModel
 
-from driftmatrix.checkpoints import DESCRIPTION, RECORD, WEIGHTS
+from driftmatrix.units.store import DESCRIPTION, RECORD, WEIGHTS
 from driftmatrix.data.table import DataError
 
 #: ``model_logged`` tag of a run whose ``model`` artifact is this format (others are logged again).
 #: 2: raw feature rows of any dtype (signature: required columns of any type), Prior on tables.
 MODEL_FORMAT = "driftmatrix-pyfunc-2"
-CODE_MODULE = "driftmatrix.pyfunc_model"
+CODE_MODULE = "driftmatrix.tracking.pyfunc_model"
 CODE_FILE = "pyfunc_model.py"
 ARTIFACTS = {"weights": WEIGHTS, "description": DESCRIPTION, "record": RECORD}
 LOADER = "mlflow.pyfunc.loaders.code_model"
@@ -126,7 +126,7 @@ def load_network(folder: str | Path, config: Mapping[str, Any], device="cpu"):
     unit trusted as this project decides), in the memory layout the evaluate stage scores it in."""
     import torch
 
-    from driftmatrix.checkpoints import load_model_folder
+    from driftmatrix.units.store import load_model_folder
 
     network = load_model_folder(folder, device=str(device))
     return network.to(memory_format=torch.channels_last) if channels_last(config) else network
@@ -191,7 +191,7 @@ def encoded(config: Mapping[str, Any], items, encoder, device="cpu"):
 def forward(network, inputs, config: Mapping[str, Any], batch_size: int | None = None) -> np.ndarray:
     """The network's outputs on ``inputs`` as the evaluate stage computes them (``training.predict``
     in the precision and batch size it scored with)."""
-    from driftmatrix.training import predict
+    from driftmatrix.learn.train import predict
 
     if len(inputs) == 0:
         return np.zeros((0, len(config["columns"])), np.float32)
@@ -248,7 +248,7 @@ def as_images(model_input, shape: Sequence[int] | None = None) -> np.ndarray:
         raise BadInput(f"images must be (N, H, W, 3) uint8 arrays or file paths, got shape {arr.shape}")
     if shape is not None and tuple(arr.shape[1:3]) != tuple(shape[:2]):
         raise BadInput(f"images must be {shape[0]} x {shape[1]} pixels, got {arr.shape[1]} x {arr.shape[2]} "
-                        f"(driftmatrix.serving.read_images reads and resizes files as ingestion does)")
+                        f"(driftmatrix.tracking.pyfunc.read_images reads and resizes files as ingestion does)")
     if arr.dtype != np.uint8:
         if arr.size and (arr.min() < 0 or arr.max() > 255 or not np.all(np.equal(np.mod(arr, 1), 0))):
             raise BadInput("image values must be integers in 0..255")
@@ -402,7 +402,7 @@ def signature(config: Mapping[str, Any]):
 
 def input_example(config: Mapping[str, Any], slices_dir: str | Path | None):
     """One image (the first of the slices, or zeros), two texts or three feature rows of the slices."""
-    from driftmatrix.slicing import load_slices
+    from driftmatrix.data.slicing import load_slices
 
     rows = images = None
     if slices_dir is not None and (Path(slices_dir) / "rows.parquet").exists():

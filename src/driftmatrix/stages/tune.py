@@ -15,7 +15,7 @@ like the future mean of a drift-matrix row; it is reported after every epoch for
 
 A study per (dataset, model) lives in sqlite storage; re-running the command resumes it up to
 ``tune.n_trials`` finished trials (trials a killed process left RUNNING are marked FAIL first).
-Trials are work items of the stage executor (``driftmatrix.executor``: this process, or Ray tasks)
+Trials are work items of the stage executor (``driftmatrix.runtime.executor``: this process, or Ray tasks)
 through Optuna's ask/tell: the driver asks a round of ``tune.parallel`` trials, workers train and
 judge pruning against the trials finished when the round was asked (:class:`Pruning`), and the
 driver alone tells the study and writes each trial's MLflow run (tagged ``kind=tuning``), in trial
@@ -95,7 +95,7 @@ def tune_config(params: Params) -> TuneConfig:
 # --- pure pieces: the inner split, the restricted data, the objective -----------------------------
 def inner_split(slice_ids: np.ndarray, split: np.ndarray, cutoff: int, v: int) -> tuple[np.ndarray, np.ndarray]:
     """(inner train rows, validation rows) inside D_<=cutoff; global row indices, sorted."""
-    from driftmatrix.training import cutoff_train_rows
+    from driftmatrix.learn.train import cutoff_train_rows
 
     first_val = cutoff - v + 1
     if first_val < 1:
@@ -153,8 +153,8 @@ def restrict(exp, cutoff: int, v: int) -> TuningData:
 
 def validation_score(model, data: TuningData, cfg: TrainConfig) -> float:
     """Mean over the validation slices of the task metric (reported unit)."""
-    from driftmatrix.tasks import cell_score
-    from driftmatrix.training import predict
+    from driftmatrix.learn.tasks import cell_score
+    from driftmatrix.learn.train import predict
 
     out = predict(model, RowSubset(data.inputs, data.val_pos), cfg.eval_batch_size, cfg.precision)
     targets, slices = data.targets_np[data.val_pos], data.slice_ids[data.val_pos]
@@ -171,8 +171,8 @@ def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any
     every epoch (it may raise to prune the trial).
     """
     from driftmatrix.models.heads import init_output_bias
-    from driftmatrix.tasks import make_loss
-    from driftmatrix.training import fit
+    from driftmatrix.learn.tasks import make_loss
+    from driftmatrix.learn.train import fit
 
     model = new_model(seed)
     if hasattr(model, "predict_arrays"):  # a tabular model: preprocessing and model fitted on the inner train rows
@@ -362,7 +362,7 @@ def optimize(study, n_trials: int, cfg: TuneConfig, skip: tuple[str, ...], execu
     """
     from optuna.trial import TrialState
 
-    from driftmatrix.executor import Progress
+    from driftmatrix.runtime.executor import Progress
 
     started, done = time.perf_counter(), 0
     model = recipe.experiment.model  # its runtime resources (runtime.overrides) apply to its trials
@@ -416,10 +416,10 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
     """Create or resume the study of ``model``, run the missing trials, write the preset."""
     import optuna
 
-    from driftmatrix.executor import make_executor, runtime_config
-    from driftmatrix.explain.stage import slice_index  # label -> index with a named error
-    from driftmatrix.tracking import git_commit
-    from driftmatrix.training import Experiment, ExperimentRecipe
+    from driftmatrix.runtime.executor import make_executor, runtime_config
+    from driftmatrix.stages.saliency import slice_index  # label -> index with a named error
+    from driftmatrix.tracking.runs import git_commit
+    from driftmatrix.learn.train import Experiment, ExperimentRecipe
 
     cfg = tune_config(params)
     target = n_trials if n_trials is not None else cfg.n_trials
@@ -527,7 +527,7 @@ def _mlflow_setup(params: Params, study: str) -> str:
     """Configure MLflow; close runs of this study that a killed process left RUNNING."""
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix import tracking
+    from driftmatrix.tracking import runs as tracking
 
     exp_id = tracking.configure(params.tracking)
     client = MlflowClient()
@@ -567,7 +567,7 @@ def _preset_header(name, url, best, n_complete, metric_name, cfg: TuneConfig, tr
                    model: str, labels: Sequence[str] | None = None) -> str:
     import textwrap
 
-    from driftmatrix.trackserver import redact
+    from driftmatrix.tracking.server import redact
 
     return (f"Tuned by `driftmatrix tune`: study {name} ({redact(url)}), best of {n_complete} complete trials:\n"
             f"trial {best.number}, validation {metric_name} {best.value:.4f}.\n"

@@ -1,6 +1,6 @@
 """What made a number, beyond data and settings: the code on its path and the environment.
 
-A unit's key (``driftmatrix.units``) covers the code that trains it and the environment that
+A unit's key (``driftmatrix.units.plan``) covers the code that trains it and the environment that
 computed it; a cell's key adds the code and format that score it. So:
 
 - **Code** is digested per definition from the parsed source, never imported (:func:`reach`):
@@ -36,17 +36,17 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 #: Where the code of a key starts, by qualified name: the one table a package restructure edits.
 #: A unit runs these and its model's own code (:func:`model_roots`); a cell's scoring SCORE_ROOTS.
-TRAIN_ROOTS = ("driftmatrix.models.catalog.Builder", "driftmatrix.training.ExperimentInfo.__init__",
-               "driftmatrix.training.Experiment.__init__", "driftmatrix.training.Experiment.train_unit",
-               "driftmatrix.training.fit")
-SCORE_ROOTS = ("driftmatrix.evaluation.score_task",)
+TRAIN_ROOTS = ("driftmatrix.models.catalog.Builder", "driftmatrix.learn.train.ExperimentInfo.__init__",
+               "driftmatrix.learn.train.Experiment.__init__", "driftmatrix.learn.train.Experiment.train_unit",
+               "driftmatrix.learn.train.fit")
+SCORE_ROOTS = ("driftmatrix.learn.score.score_task",)
 #: Code whose results enter the keys as values (settings, environment, the plan): not followed.
-KEYED_BY_VALUE = ("driftmatrix.training.model_plan", "driftmatrix.training.effective_config",
-                  "driftmatrix.training.resolve_environment", "driftmatrix.config.parse_params")
+KEYED_BY_VALUE = ("driftmatrix.learn.train.model_plan", "driftmatrix.learn.train.effective_config",
+                  "driftmatrix.learn.train.resolve_environment", "driftmatrix.config.parse_params")
 #: Tables from a Builder's class name to the class: a model's code holds its own entry only.
 DISPATCH = ("driftmatrix.models.image.CLASSES", "driftmatrix.models.text.CLASSES")
 #: Calls that only report (log lines, warnings): a statement that is one is in no digest.
@@ -362,7 +362,7 @@ _CONTENT: dict[tuple, str] = {}
 def content_digest(path: str | Path) -> str:
     """sha256 of a weight file's or folder's contents (every file but hidden ones, by relative
     path, size and bytes), hashed once per process while no file's size or time changes."""
-    from driftmatrix.checkpoints import file_digest
+    from driftmatrix.units.store import file_digest
 
     root = Path(path).resolve()
     files = [root] if root.is_file() else sorted(
@@ -437,7 +437,7 @@ def resolve_environment(precision: str, device: str, threads: int, *, remote_gpu
     (else fp32, logged), so set bf16 or fp32 explicitly for such clusters.
     """
     from driftmatrix.config import ConfigError
-    from driftmatrix.precision import resolve_device, resolve_precision
+    from driftmatrix.learn.precision import resolve_device, resolve_precision
 
     if remote_gpus and (device == "auto" or device.startswith("cuda")):
         kind, here = "cuda", "cuda (Ray workers)"

@@ -2,7 +2,7 @@
 
 Cell (i, j) uses the test split of slice j when j <= i and the whole of slice j when j > i
 (protocol section 1), so no training row of a model is ever scored as in-distribution test.
-Cells are keyed by their unit and slice j's content (``driftmatrix.units``): appending a period
+Cells are keyed by their unit and slice j's content (``driftmatrix.units.plan``): appending a period
 scores old checkpoints on the new slice only. Each cell is predicted on its own rows in its own
 batches, so its score is the same whichever other cells are scored alongside it.
 
@@ -22,10 +22,10 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from driftmatrix.checkpoints import ENVIRONMENT, CheckpointStore, read_json, write_json
+from driftmatrix.units.store import ENVIRONMENT, CheckpointStore, read_json, write_json
 from driftmatrix.config import Params
 from driftmatrix.data.table import DataError
-from driftmatrix.units import Cell, ModelPlan, Unit
+from driftmatrix.units.plan import Cell, ModelPlan, Unit
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ def score_cell(outputs: np.ndarray, targets: np.ndarray, task: str,
     and (classification) the fixed-size forward-pass statistics of :func:`forward_stats`, with
     ``per_row`` also each row's correctness (:func:`row_correctness`: the held-out cells j <= i,
     which input-space importance weighting reweights row by row); ``metric``: ``tasks.cell_score``'s."""
-    from driftmatrix.tasks import cell_score
+    from driftmatrix.learn.tasks import cell_score
 
     value, left = cell_score(task, outputs, targets, categories, metric)
     cell = {"value": None if np.isnan(value) else value, "n_eval": int(len(targets)), "left_out": left}
@@ -186,7 +186,7 @@ class EvalBatches:
         self.kept: dict[tuple[int, str], list] = {}
 
     def get(self, j: int, evalset: str, rows: np.ndarray):
-        from driftmatrix.training import input_batches
+        from driftmatrix.learn.train import input_batches
 
         if (j, evalset) in self.kept:
             return self.kept[j, evalset]
@@ -199,8 +199,8 @@ class EvalBatches:
 
 def score_task(exp, item: tuple[Unit, list[Cell], str]) -> dict[str, dict[str, Any]]:
     """Worker side: check the cells' keys, load one checkpoint and score the cells on their own rows."""
-    from driftmatrix.training import predict
-    from driftmatrix.units import slice_hashes
+    from driftmatrix.learn.train import predict
+    from driftmatrix.units.plan import slice_hashes
 
     unit, cells, checkpoints_dir = item
     ours = {c.key for c in exp.plan.cells(unit, slice_hashes(exp.manifest))}
@@ -225,11 +225,11 @@ def score_task(exp, item: tuple[Unit, list[Cell], str]) -> dict[str, dict[str, A
 def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str | Path,
         out_dir: str | Path, features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
     """Score the plan's missing cells of ``model``; attach each changed row to its unit's run."""
-    from driftmatrix.executor import make_executor, runtime_config
-    from driftmatrix.tracking import configure_in_background
-    from driftmatrix.training import (WORKER_MODULES, Experiment, ExperimentInfo, ExperimentRecipe,
+    from driftmatrix.runtime.executor import make_executor, runtime_config
+    from driftmatrix.tracking.runs import configure_in_background
+    from driftmatrix.learn.train import (WORKER_MODULES, Experiment, ExperimentInfo, ExperimentRecipe,
                                       recorded_environment, start_workers)
-    from driftmatrix.units import slice_hashes
+    from driftmatrix.units.plan import slice_hashes
 
     # before any training: this machine's environment, so that the error below counts what is missing
     env = recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True)
@@ -295,7 +295,8 @@ def sync(params: Params, exp, store: CheckpointStore, rows=None, slices_dir: str
     the drift-matrix row a run created now carries (``tracking.RowFor``). A run's ``model`` is the
     unit as an MLflow pyfunc model (``serving.ModelFolders``: made only for runs logged now;
     ``slices_dir`` gives its input example and image size)."""
-    from driftmatrix import serving, tracking
+    from driftmatrix.tracking import pyfunc as serving
+    from driftmatrix.tracking import runs as tracking
 
     finished = [u for u in exp.plan.units if store.done(u.key)]
     extra = {"data_version": exp.manifest["data_version"]}
@@ -364,7 +365,7 @@ class RowLogs:
         return None if got is None else (*got, self.data, len(self.hashes))
 
     def attach_rest(self, run_ids: Mapping[str, str]) -> list[dict[str, Any]]:
-        from driftmatrix import tracking
+        from driftmatrix.tracking import runs as tracking
 
         batch = []
         for unit in self.plan.units:

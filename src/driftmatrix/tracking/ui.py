@@ -1,6 +1,6 @@
 """Where to point a browser: the URL of the experiment's runs table in the MLflow UI (`make ui`).
 
-    python -m driftmatrix.reporting.ui [--params params.yaml] [--uri STORE] [--host H] [--port P]
+    python -m driftmatrix.tracking.ui [--params params.yaml] [--uri STORE] [--host H] [--port P]
 
 The MLflow 3 web app routes with a hash (``/#/experiments/<id>/runs``); the id is looked up
 in the store by the experiment name in ``params.yaml`` (``tracking.experiment``). A missing
@@ -53,13 +53,13 @@ def describe(uri: str, name: str, host: str, port: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m driftmatrix.reporting.ui", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m driftmatrix.tracking.ui", description=__doc__.splitlines()[0])
     ap.add_argument("--params", default="params.yaml")
     ap.add_argument("--uri", default=os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_STORE)
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=5000)
     a = ap.parse_args(argv)
-    from driftmatrix.trackserver import redact
+    from driftmatrix.tracking.server import redact
 
     print(redact(describe(a.uri, experiment_name(a.params), a.host, a.port)), flush=True)
 

@@ -1,4 +1,6 @@
-"""Run a preset as a DVC experiment: its difference from params.yaml as ``dvc exp run -S`` overrides.
+"""DVC at the edge: a torn ``dvc.lock`` moved aside (:func:`repair_dvc_lock`, run by ``make repro``
+first), and a preset run as a DVC experiment: its difference from params.yaml as ``dvc exp run -S``
+overrides.
 
 A preset (``presets/*.yaml``) is a whole parameter file. Copying it over ``params.yaml`` loses
 what DVC's experiments give (a named experiment beside its baseline in ``dvc exp show``, params
@@ -8,13 +10,14 @@ So the preset becomes Hydra overrides, which ``dvc exp run -S`` applies to ``par
 for every key it does not have. ``--merge`` keeps keys absent from the preset (for partial presets such as
 ``presets/tuned/<dataset>-<model>.yaml``, which hold one ``models:`` block).
 
-    python -m driftmatrix.presets presets/text-reviews.yaml -- -n reviews   # runs dvc exp run
-    python -m driftmatrix.presets presets/tuned/x.yaml --merge --print      # prints the command
+    python -m driftmatrix.runtime.dvc presets/text-reviews.yaml -- -n reviews   # runs dvc exp run
+    python -m driftmatrix.runtime.dvc presets/tuned/x.yaml --merge --print      # prints the command
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
 import re
 import shlex
 import subprocess
@@ -24,6 +27,7 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
+log = logging.getLogger(__name__)
 _MISSING = object()
 PLAIN = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]*$")  # an unquoted Hydra string that stays one
 RESERVED = {"true", "false", "null", "inf", "nan"}
@@ -105,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
     argv = argv[: argv.index("--")] if "--" in argv else argv
-    ap = argparse.ArgumentParser(prog="python -m driftmatrix.presets", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m driftmatrix.runtime.dvc", description=__doc__.splitlines()[0])
     ap.add_argument("preset", type=Path)
     ap.add_argument("--params", type=Path, default=Path("params.yaml"))
     ap.add_argument("--merge", action="store_true", help="keep keys the preset does not have")
@@ -117,6 +121,32 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"{a.preset}: {e}") from e
     print(shlex.join(cmd), flush=True)
     return 0 if a.dry else subprocess.call(cmd)
+
+
+def repair_dvc_lock(path: str | Path = "dvc.lock") -> Path | None:
+    """Move a torn ``dvc.lock`` aside so that ``dvc repro`` can run again; the new path, or None
+    when the file is absent or valid.
+
+    DVC rewrites ``dvc.lock`` in place after every stage, not atomically: a ``dvc repro`` killed
+    during that write leaves a truncated file, and every later ``dvc repro`` stops on it
+    ("'./dvc.lock' validation failed"). Without the file DVC reruns each stage once; the stages
+    skip every finished unit and scored cell (checkpoints and scores persist), so nothing is lost.
+    """
+    import yaml
+    from dvc.schema import COMPILED_LOCKFILE_SCHEMA
+
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        COMPILED_LOCKFILE_SCHEMA(yaml.safe_load(path.read_text()))
+        return None
+    except Exception as exc:  # noqa: BLE001 - any parse or schema error: DVC would refuse it too
+        aside = path.with_name(f"{path.name}.torn")
+        path.replace(aside)
+        log.warning("%s is torn (%s: a `dvc repro` was killed while writing it); moved to %s: DVC reruns "
+                    "each stage once, finished units and scores are kept", path, type(exc).__name__, aside)
+        return aside
 
 
 if __name__ == "__main__":

@@ -40,11 +40,11 @@ def load_model(params: Params, model: str, manifest: Mapping[str, Any], scores_d
     """One model's seed-level cells and statistics from the score docs of its current plan (keyed
     with the environment the evaluate stage recorded); None when nothing is scored."""
     from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.evaluation import ScoreStore, current_row
-    from driftmatrix.provenance import Environment
-    from driftmatrix.tasks import metric_for
-    from driftmatrix.training import model_plan
-    from driftmatrix.units import slice_hashes
+    from driftmatrix.learn.score import ScoreStore, current_row
+    from driftmatrix.units.provenance import Environment
+    from driftmatrix.learn.tasks import metric_for
+    from driftmatrix.learn.train import model_plan
+    from driftmatrix.units.plan import slice_hashes
 
     store = ScoreStore(scores_dir, model)
     recorded = store.environment()
@@ -77,7 +77,7 @@ def from_matrices(m) -> ModelScores:
     the noise floor only where the matrices record ``n_eval``. Cumulative windows are assumed."""
     S, K = m.seed_values.shape[0], len(m.slices)
     n = np.asarray(m.extra.get("n_eval", np.full((K, K), np.nan)), dtype=float)
-    from driftmatrix.tasks import METRICS
+    from driftmatrix.learn.tasks import METRICS
 
     metric = next((k for k, v in METRICS.items() if v.name.lower() == m.metric.lower()), m.metric.lower())
     return ModelScores(m.model, list(m.slices), list(m.seeds or range(S)), np.asarray(m.seed_values, dtype=float),
@@ -202,7 +202,7 @@ def log_to_mlflow(params: Params, backtests: Mapping[str, Mapping[str, Any]], fi
     method, noise floors, and the files as artifacts."""
     import mlflow
 
-    from driftmatrix import tracking
+    from driftmatrix.tracking import runs as tracking
 
     dataset = params.dataset.name
     exp_id = tracking.configure(params.tracking)

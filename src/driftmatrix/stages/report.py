@@ -11,7 +11,7 @@ report also correlates the audit's data drift with each model's decay
 and model, and the matrices, plots and report as artifacts, and the estimates stage's run
 ``estimates · <dataset>`` from ``outputs/estimates`` (one MLflow start for both); then the model
 registry is made to
-agree with the matrices (:mod:`driftmatrix.registry_info`: each version's scores and description,
+agree with the matrices (:mod:`driftmatrix.tracking.registry`: each version's scores and description,
 each model's description linking this run, the advisor's ``recommended-h<H>`` aliases).
 """
 
@@ -43,7 +43,7 @@ def log_to_mlflow(params: Params, cohort: Cohort, matrices: list[Path], plots: l
     """One run per dataset with the summary metrics and every file; returns the run id."""
     import mlflow
 
-    from driftmatrix import tracking
+    from driftmatrix.tracking import runs as tracking
 
     exp_id = tracking.configure(params.tracking)
     with tracking.stage_run(exp_id, f"matrices · {dataset}", {"kind": "matrices", "dataset": dataset}) as run:
@@ -80,7 +80,7 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
                       importance=matrices_dir.parent / "importance")
     log.info("report: %s (%d heatmaps)", report, len(plots))
     if params is not None:
-        from driftmatrix.estimate import stage as estimates_stage
+        from driftmatrix.stages import estimates as estimates_stage
 
         files = sorted(f for f in matrices_dir.iterdir() if f.suffix in (".json", ".csv"))
         run_id = log_to_mlflow(params, cohort, files, plots, report, dataset,
@@ -90,7 +90,7 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
                                                    else matrices_dir.parent / "estimates")
         if estimates_run:
             log.info("report: logged the estimates stage's run %s", estimates_run)
-        from driftmatrix import registry_info
+        from driftmatrix.tracking import registry as registry_info
 
         registry_info.annotate(params, cohort, run_id)  # version scores, descriptions, advisor aliases
     return report

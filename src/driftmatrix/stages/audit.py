@@ -318,7 +318,7 @@ def log_to_mlflow(params: Any, cfg: AuditConfig, audit: Audit, out: Path) -> str
     """One run ``audit · <dataset>`` tagged ``kind=audit`` in the configured store."""
     import mlflow
 
-    from driftmatrix.tracking import configure, stage_run
+    from driftmatrix.tracking.runs import configure, stage_run
 
     exp_id = configure(params.tracking)
     with stage_run(exp_id, f"audit · {audit.dataset}", {"kind": "audit", "dataset": audit.dataset}) as run:

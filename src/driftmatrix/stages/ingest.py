@@ -9,7 +9,7 @@ from pathlib import Path
 
 from driftmatrix.config import Params
 from driftmatrix.data.table import DataError, IngestResult, save_ingested
-from driftmatrix.periods import month_label
+from driftmatrix.data.periods import month_label
 
 log = logging.getLogger(__name__)
 

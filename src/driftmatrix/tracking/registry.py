@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from driftmatrix import tracking
+from driftmatrix.tracking import runs as tracking
 from driftmatrix.config import ConfigError, Params, build
 
 log = logging.getLogger(__name__)
@@ -123,7 +123,7 @@ def model_description(spec, dataset: str, config: Mapping[str, Any] | None, matr
     if config:
         if config.get("modality") == "image":
             h, w, c = config.get("image_shape") or ("H", "W", 3)
-            takes = (f"uint8 images (N, {h}, {w}, {c}) (image files: `driftmatrix.serving.read_images(paths, "
+            takes = (f"uint8 images (N, {h}, {w}, {c}) (image files: `driftmatrix.tracking.pyfunc.read_images(paths, "
                      f"({h}, {w}))`)")
         elif config.get("modality") == "table":
             takes = (f"a DataFrame of the raw feature columns {[*config.get('numeric', []), *config.get('categorical', [])]} "
@@ -165,7 +165,7 @@ def annotate(params: Params, cohort, matrices_run: str | None = None) -> dict[st
     from mlflow.tracking import MlflowClient
 
     from driftmatrix.models.registry import REGISTRY
-    from driftmatrix.serving import quiet_mlflow
+    from driftmatrix.tracking.pyfunc import quiet_mlflow
 
     cfg = params.tracking
     horizons = sorted(set(advisor_config(params).horizons))

@@ -43,7 +43,7 @@ def read_images(path: str | Path, size: int) -> tuple[np.ndarray, list[str]]:
     """(uint8 (N, size, size, 3), file names) of every image under ``path`` (a folder, searched
     recursively, or an ``.npy``), decoded as ingestion decodes them (``serving.read_images``);
     class folders and file-name years are ignored."""
-    from driftmatrix.serving import read_images as decode_files
+    from driftmatrix.tracking.pyfunc import read_images as decode_files
 
     path = Path(path)
     if path.is_file() and path.suffix == ".npy":
@@ -141,12 +141,12 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, raw, checkpoints_d
     checkpoint is read: the train stage's environment (the plan's keys, the threads) comes from its
     copy beside the scores, so the registry and the scores are all it needs; each unit is the
     version of its unit key and of the weights its scores came from (``tracking.registered_version``)."""
-    from driftmatrix import serving
-    from driftmatrix.checkpoints import CheckpointStore
-    from driftmatrix.evaluation import ScoreStore
-    from driftmatrix.executor import torch_threads
-    from driftmatrix.provenance import Environment
-    from driftmatrix.training import ExperimentInfo
+    from driftmatrix.tracking import pyfunc as serving
+    from driftmatrix.units.store import CheckpointStore
+    from driftmatrix.learn.score import ScoreStore
+    from driftmatrix.runtime.executor import torch_threads
+    from driftmatrix.units.provenance import Environment
+    from driftmatrix.learn.train import ExperimentInfo
 
     store = CheckpointStore(checkpoints_dir, model)
     recorded = (ScoreStore(scores_dir, model) if source == "registry" else store).environment()
@@ -172,13 +172,13 @@ def unit_network(params: Params, unit, store, config: Mapping[str, Any], device:
                  scores_dir: str | Path = "outputs/scores"):
     """A unit's network, laid out as the evaluate stage scores it, from the MLflow registry or its
     checkpoint (None, with a warning, when it has none)."""
-    from driftmatrix import serving
+    from driftmatrix.tracking import pyfunc as serving
 
     if source == "registry":
-        from driftmatrix.tracking import configure, load_registered
+        from driftmatrix.tracking.runs import configure, load_registered
 
         configure(params.tracking)
-        from driftmatrix.evaluation import ScoreStore
+        from driftmatrix.learn.score import ScoreStore
 
         try:
             net = load_registered(unit, ScoreStore(scores_dir, unit.model).read(unit.key).get("weights_digest"))
@@ -205,7 +205,7 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
     ``target_x``: the new rows' input features (``domain.image_features``), with ``ms.inputs``
     those of the slices, for ``IW-inputs``; ``cache``: a ``domain.WeightCache`` of this period."""
     from driftmatrix.estimate.cells import from_doc
-    from driftmatrix.evaluation import forward_stats
+    from driftmatrix.learn.score import forward_stats
 
     K = ms.K
     records = []
@@ -259,7 +259,7 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
     period at ``data``, ``ahead`` periods after the last slice; writes ``out`` (JSON and CSV)."""
     from driftmatrix.data.table import DatasetMeta
     from driftmatrix.estimate.domain import WeightCache, read_slice_inputs
-    from driftmatrix.estimate.stage import load_model, read_manifest
+    from driftmatrix.stages.estimates import load_model, read_manifest
 
     cfg = estimate_config(params)
     manifest = read_manifest(slices_dir)

@@ -16,7 +16,7 @@ import pandas as pd
 
 from driftmatrix.config import Params, SlicingConfig, fingerprint
 from driftmatrix.data.table import DataError, DatasetMeta, load_ingested
-from driftmatrix.periods import PERIOD_MONTHS, slice_label
+from driftmatrix.data.periods import PERIOD_MONTHS, slice_label
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ def slice_content_hashes(rows: pd.DataFrame, images: np.ndarray | None,
                          manifest: dict[str, Any]) -> list[str]:
     """One content hash per slice: its label, every column of its rows but the slice index
     (ids, timestamps, labels, text, split) and its image bytes. A slice's hash changes only when
-    its own rows do, which is what keys units and cells (driftmatrix.units)."""
+    its own rows do, which is what keys units and cells (driftmatrix.units.plan)."""
     import hashlib
 
     slice_ids = rows["slice"].to_numpy()

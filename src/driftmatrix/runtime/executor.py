@@ -346,7 +346,7 @@ def start_worker_server(cfg: RuntimeConfig, model: str | None = None, preload: I
     if cfg.executor != "local" or local_workers(cfg, model) <= 1 \
             or _pool_context().get_start_method() != "forkserver":
         return False
-    mp.set_forkserver_preload(["torch", __name__, *preload, "driftmatrix._worker_server"])
+    mp.set_forkserver_preload(["torch", __name__, *preload, "driftmatrix.runtime._worker_server"])
     forkserver.ensure_running()
     return True
 
@@ -435,7 +435,7 @@ def start_ray(cfg: RuntimeConfig, *, num_cpus: int | None = None, num_gpus: int 
     else:
         kwargs.update(address=cfg.address)
         if joins_loopback(cfg.address):
-            # a cluster on this machine's loopback (driftmatrix.cluster, tests): the driver keeps to
+            # a cluster on this machine's loopback (driftmatrix.runtime.cluster, tests): the driver keeps to
             # 127.0.0.1 too, or Ray would announce it at the interface address the nodes never use
             from ray._private import ray_constants
 
@@ -473,7 +473,7 @@ def join_error(address: str, exc: BaseException) -> str:
         return (f"{where} cannot be joined: no node of it announces 127.0.0.1 (`ray start --head "
                 f"--node-ip-address=127.0.0.1` announces the machine's interface address unless "
                 f"{LOCAL_ONLY_ENV}=0): start the nodes as docs/scaling.md \"Several nodes on one machine\" shows "
-                "(python -m driftmatrix.cluster), or join the address `ray status` prints")
+                "(python -m driftmatrix.runtime.cluster), or join the address `ray status` prints")
     return (f"{where} cannot be joined ({causes[-1][:300]}): start the head and nodes as docs/scaling.md \"A Ray "
             "cluster\" shows, or point runtime.address / RAY_ADDRESS at its head (null: a private Ray here)")
 

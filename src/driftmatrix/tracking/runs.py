@@ -108,7 +108,7 @@ def schema_template() -> Path | None:
         import sqlalchemy
         from mlflow.store.db import utils as db_utils
 
-        from driftmatrix.serving import quiet_mlflow
+        from driftmatrix.tracking.pyfunc import quiet_mlflow
 
         cache.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
@@ -148,7 +148,7 @@ def configure(cfg: TrackingConfig) -> str:
     """Point MLflow at the configured store and experiment (once per process); the experiment id."""
     import mlflow
 
-    from driftmatrix.trackserver import http_retry_defaults
+    from driftmatrix.tracking.server import http_retry_defaults
 
     fast_sqlite()
     uri = tracking_uri(cfg)
@@ -423,7 +423,7 @@ def sync_units(cfg: TrackingConfig, dataset: str, model: str, current: Sequence[
     Syncs of one local store take turns (:func:`store_lock`); on other stores, syncs at once
     leave each other's unfinished runs alone and keep the same survivor of duplicates.
     """
-    from driftmatrix.trackserver import server_errors
+    from driftmatrix.tracking.server import server_errors
 
     uri = tracking_uri(cfg)
     with store_lock(uri), server_errors(uri):
@@ -482,7 +482,7 @@ def _apply(client, keep: Mapping[str, Any], drop: Sequence[tuple[Any, str | None
 
 
 def _model_format() -> str:
-    from driftmatrix.serving import MODEL_FORMAT
+    from driftmatrix.tracking.pyfunc import MODEL_FORMAT
 
     return MODEL_FORMAT
 
@@ -556,7 +556,7 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
     (two syncs at once) the oldest version of the unit's run stays. Versions carry the weights'
     digest and hardware of their run, which :func:`registered_version` resolves by.
     """
-    from driftmatrix.serving import quiet_mlflow
+    from driftmatrix.tracking.pyfunc import quiet_mlflow
 
     from mlflow.exceptions import MlflowException
 
@@ -765,7 +765,7 @@ def load_registered(unit, weights_digest: str | None = None) -> Any:
     unit: its ``models.tabular.TabularModel``). ``serving.load(uri)`` gives the pyfunc model itself."""
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix import serving
+    from driftmatrix.tracking import pyfunc as serving
 
     version = registered_version(MlflowClient(), unit, weights_digest)
     return serving.load(f"models:/{version.name}/{version.version}").unwrap_python_model().network

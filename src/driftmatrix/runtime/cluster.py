@@ -10,7 +10,7 @@ this machine), and can SIGKILL one node's raylet with its workers (a node lost m
 Loopback: Ray rewrites a node IP of 127.0.0.1 to the machine's interface address unless its
 "this machine only" switch ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is set, and with the switch
 set ``ray start --address`` refuses to add a node ("Multi-node Ray clusters are not supported on
-Windows and OSX"). A node is therefore started through ``python -m driftmatrix.cluster start
+Windows and OSX"). A node is therefore started through ``python -m driftmatrix.runtime.cluster start
 ...``: exactly ``ray start ...`` (same options, Ray's own code), with the switch set for every
 process the node starts, the refusal lifted and the loopback address kept as given. The head runs
 plain ``ray start --head`` with the switch. On real machines none of this applies: plain ``ray
@@ -155,7 +155,7 @@ class LocalRayCluster:
         """Another node (resource ``name``: default ``node<n>``) joined to the head."""
         name = name or f"node{len(self.nodes)}"
         resources = json.dumps({name: 1})
-        node = self._start(name, [sys.executable, "-m", "driftmatrix.cluster", "start", f"--address={self.address}",
+        node = self._start(name, [sys.executable, "-m", "driftmatrix.runtime.cluster", "start", f"--address={self.address}",
                                   f"--node-ip-address={LOOPBACK}", f"--num-cpus={self.cpus}", "--num-gpus=0", "--object-store-memory=300000000",
                                   f"--resources={resources}", f"--dashboard-agent-listen-port={free_port()}",
                                   "--disable-usage-stats"], timeout)
@@ -281,7 +281,7 @@ def _start_node(argv: Sequence[str]) -> None:
     scripts.cli.main(args=["start", *argv], prog_name="ray")
 
 
-if __name__ == "__main__":  # python -m driftmatrix.cluster start --address=127.0.0.1:<port> ...
+if __name__ == "__main__":  # python -m driftmatrix.runtime.cluster start --address=127.0.0.1:<port> ...
     if len(sys.argv) < 2 or sys.argv[1] != "start":
-        sys.exit("usage: python -m driftmatrix.cluster start <ray start options>")
+        sys.exit("usage: python -m driftmatrix.runtime.cluster start <ray start options>")
     _start_node(sys.argv[2:])

@@ -1,9 +1,9 @@
 """Matrices stage: score rows -> seed-level drift matrices, summary scores, DVC metrics.
 
 Assembles exactly the cells of the current configuration (models, seeds, slices, settings: the
-plan of ``driftmatrix.units``) from ``outputs/scores``; score files of other configurations are
+plan of ``driftmatrix.units.plan``) from ``outputs/scores``; score files of other configurations are
 counted as stale and never averaged in. Numbers only (numpy and pandas): the heatmaps, the HTML
-report and the MLflow record of these matrices are the report stage's (``driftmatrix.report``),
+report and the MLflow record of these matrices are the report stage's (``driftmatrix.stages.report``),
 so the time to a matrix pays for neither matplotlib nor an MLflow store.
 """
 
@@ -21,7 +21,7 @@ from driftmatrix.analysis import matrixfile
 from driftmatrix.analysis.matrixfile import DriftMatrices
 from driftmatrix.analysis.tables import Cohort
 from driftmatrix.config import Params, evaluation_metric
-from driftmatrix.units import ModelPlan
+from driftmatrix.units.plan import ModelPlan
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
     precision, how many cells are missing, and the unit key and measured training seconds of
     every (seed, cutoff) (None where its score doc has none).
     """
-    from driftmatrix.evaluation import current_row
+    from driftmatrix.learn.score import current_row
 
     K, S = len(plan.labels), len(plan.seeds)
     stack, n_eval = np.full((S, K, K), np.nan), np.full((K, K), np.nan)
@@ -68,11 +68,11 @@ def read_model(params: Params, model: str, manifest: Mapping[str, Any],
     """One model's matrices from the scores of its current plan; other score files are stale.
     The plan is keyed with the environment the evaluate stage recorded (None: nothing scored)."""
     from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.evaluation import ScoreStore
-    from driftmatrix.provenance import Environment
-    from driftmatrix.tasks import metric_for
-    from driftmatrix.training import model_plan
-    from driftmatrix.units import slice_hashes
+    from driftmatrix.learn.score import ScoreStore
+    from driftmatrix.units.provenance import Environment
+    from driftmatrix.learn.tasks import metric_for
+    from driftmatrix.learn.train import model_plan
+    from driftmatrix.units.plan import slice_hashes
 
     store = ScoreStore(scores_dir, model)
     recorded = store.environment()
@@ -97,7 +97,7 @@ def read_model(params: Params, model: str, manifest: Mapping[str, Any],
 def read_scores(params: Params, slices_dir: str | Path, scores_dir: str | Path) -> dict[str, DriftMatrices]:
     """Every configured model's matrices (models with no scored cell at all are left out)."""
     from driftmatrix.data.table import DataError
-    from driftmatrix.slicing import read_manifest
+    from driftmatrix.data.slicing import read_manifest
 
     manifest = read_manifest(slices_dir)
     out = {}

@@ -235,7 +235,7 @@ def shape_of(params, manifest: Mapping | None = None, share: float | None = None
     Without a known size the slices get 1,000 rows each, which only the relative GPU scale may use
     (``need_rows=False``); the CPU scale needs real sizes and raises instead."""
     from driftmatrix.config import ConfigError
-    from driftmatrix.executor import runtime_config
+    from driftmatrix.runtime.executor import runtime_config
 
     name = params.dataset.name
     if manifest is not None and not periods:
