@@ -37,10 +37,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), os.env
 
 
 def side(raw: dict, folder: Path) -> dict:
-    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import evaluate as evaluation
     from driftmatrix.stages import matrices
     from driftmatrix.tracking import runs as tracking
-    from driftmatrix.learn import train as training
+    from driftmatrix.stages import train as train_stage
     from driftmatrix.config import parse_params
     from testkit.pipeline import Paths, prepare
 
@@ -64,7 +64,7 @@ def side(raw: dict, folder: Path) -> dict:
     try:
         for model in params.models:
             t = time.perf_counter()
-            done = training.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
+            done = train_stage.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
                                 features_dir=paths.features)
             timing["train_s"] += time.perf_counter() - t
             timing["units"] += len(done) if isinstance(done, list) else 0

@@ -13,7 +13,8 @@ import logging
 import time
 from dataclasses import dataclass
 
-from driftmatrix.runtime.executor import LocalExecutor, RayExecutor, RuntimeConfig, start_ray
+from driftmatrix.runtime.executor import LocalExecutor, RayExecutor, start_ray
+from driftmatrix.config import RuntimeConfig
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ PROBES = {
     "import torch + mlflow": "import torch, mlflow",
     "stage ingest imports": "import driftmatrix.stages.ingest",
     "stage slice imports": "import driftmatrix.data.slicing",
-    "stage train imports (+torch, mlflow)": "import driftmatrix.learn.train, torch, mlflow",
+    "stage train imports (+torch, mlflow)": "import driftmatrix.stages.train, torch, mlflow",
     "stage evaluate imports (+torch, mlflow)": "import driftmatrix.learn.score, torch, mlflow",
     "stage matrices imports (+mlflow)": "import driftmatrix.stages.matrices, driftmatrix.reporting.html, mlflow",
 }

@@ -32,7 +32,8 @@ def main() -> None:
     from driftmatrix.config import load_params
     from driftmatrix.features import inputs
     from driftmatrix.learn.tasks import cell_score
-    from driftmatrix.learn.train import Experiment, predict
+    from driftmatrix.units.experiment import Experiment
+    from driftmatrix.learn.fit import predict
 
     exp = Experiment(load_params(args.work / "params.yaml"), args.model, args.work / "outputs" / "slices")
     ours = inputs.normalise

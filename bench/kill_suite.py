@@ -237,7 +237,8 @@ def matrices(repo: Repo) -> dict[str, list]:
 def plan_keys(repo: Repo) -> dict[str, list[str]]:
     """Unit keys of the current plan per model (driftmatrix's own planner on the repo's slices)."""
     from driftmatrix.config import parse_params
-    from driftmatrix.learn.train import model_plan, recorded_environment
+    from driftmatrix.units.environment import recorded_environment
+    from driftmatrix.units.plan import model_plan
 
     params = parse_params(yaml.safe_load((repo.work / "params.yaml").read_text()))
     manifest = json.loads((repo.work / "outputs" / "slices" / "manifest.json").read_text())

@@ -64,7 +64,7 @@ def params_for(base: dict, tmp: Path, args, executor: str):
 
 def warm(_ctx, item: int) -> int:
     """Start a Ray worker and import what units import (held a moment so each CPU gets one)."""
-    import driftmatrix.learn.train  # noqa: F401
+    import driftmatrix.stages.train  # noqa: F401
     import torch  # noqa: F401
 
     time.sleep(1.0)
@@ -79,19 +79,19 @@ class Nothing:
 def run_one(params, slices: Path, out: Path, executor) -> dict:
     """Train and evaluate every model through ``executor``; timings per stage."""
     from driftmatrix.units import store as checkpoints
-    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import evaluate as evaluation
     from driftmatrix.tracking import runs as tracking
-    from driftmatrix.learn import train as training
-
+    from driftmatrix.stages import train as train_stage
+    from driftmatrix.units import experiment
     tracking.configure(params.tracking)  # the store is created before timing
     t = {"train_units": 0, "train_wall": 0.0, "unit_seconds": 0.0, "sync": 0.0, "eval_units": 0, "eval_wall": 0.0}
     for model in params.models:
-        exp = training.Experiment(params, model, slices, out / "features")
+        exp = experiment.Experiment(params, model, slices, out / "features")
         store = checkpoints.CheckpointStore(out / "checkpoints", model)
         todo = [u for u in exp.plan.units if not store.done(u.key)]
-        recipe = training.ExperimentRecipe.of(params, model, slices, out / "features")
+        recipe = experiment.ExperimentRecipe.of(params, model, slices, out / "features")
         t0 = time.perf_counter()
-        done = training.train_units(exp, store, todo, executor, recipe)
+        done = train_stage.train_units(exp, store, todo, executor, recipe)
         t1 = time.perf_counter()
         evaluation.sync(params, exp, store)
         t2 = time.perf_counter()
@@ -127,7 +127,8 @@ def main() -> None:
                     "1 on 2 CPUs runs two Ray units at once")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    from driftmatrix.runtime.executor import LocalExecutor, RayExecutor, runtime_config, start_ray, unit_threads
+    from driftmatrix.runtime.executor import LocalExecutor, RayExecutor, start_ray
+    from driftmatrix.config import runtime_config, unit_threads
     from testkit.pipeline import Paths, prepare
 
     base = yaml.safe_load((REPO / "params.yaml").read_text())

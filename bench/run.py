@@ -64,9 +64,10 @@ def bench_startup(env: dict[str, str]) -> None:
 
 def bench_default(base: dict) -> None:
     from driftmatrix.config import parse_params
-    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import evaluate as evaluation
     from driftmatrix.stages import matrices
-    from driftmatrix.learn import train as training
+    from driftmatrix import config
+    from driftmatrix.stages import train as train_stage
     from testkit.pipeline import Paths, prepare
 
     with tempfile.TemporaryDirectory() as d:
@@ -80,12 +81,12 @@ def bench_default(base: dict) -> None:
         rows = []
         for model in params.models:
             t1 = time.perf_counter()
-            done = training.run(params, model, paths.slices, paths.checkpoints, paths.root / "validation",
+            done = train_stage.run(params, model, paths.slices, paths.checkpoints, paths.root / "validation",
                                 paths.features)
             t2 = time.perf_counter()
             scored = evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores, paths.features)
             t3 = time.perf_counter()
-            cfg = training.effective_config(params, model)
+            cfg = config.effective_config(params, model)
             samples = sum(r["train_rows"] for r in done) * cfg.epochs
             pure = sum(r["seconds"] for r in done)
             evaluated = sum(sum(r["n_eval"]) for r in scored)

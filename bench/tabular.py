@@ -68,9 +68,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="Keep the outputs here (default: a temporary folder).")
     args = ap.parse_args()
 
-    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import evaluate as evaluation
     from driftmatrix.stages import matrices
-    from driftmatrix.learn import train as training
+    from driftmatrix.stages import train as train_stage
     from driftmatrix.config import parse_params
     from testkit.pipeline import Paths, prepare
 
@@ -96,7 +96,7 @@ def main() -> None:
     per_model = {}
     for model in params.models:
         t0 = time.perf_counter()
-        training.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
+        train_stage.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
                      features_dir=paths.features)
         t1 = time.perf_counter()
         evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores, features_dir=paths.features)

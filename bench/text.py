@@ -55,15 +55,15 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=512, help="documents for the throughput figure")
     args = ap.parse_args()
 
-    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import evaluate as evaluation
     from driftmatrix.stages import matrices
     from driftmatrix.data import slicing
-    from driftmatrix.learn import train as training
+    from driftmatrix.stages import train as train_stage
     from driftmatrix.config import parse_params
     from driftmatrix.data import synthetic_text
     from driftmatrix.stages import ingest
-    from driftmatrix.features import cache
 
+    from driftmatrix.stages import embed as embed_stage
     report: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
@@ -81,7 +81,7 @@ def main() -> None:
                                         params.dataset.path)
         _, shared["ingest_s"] = timed(ingest.run, params, out / "ingested")
         manifest, shared["slice_s"] = timed(slicing.run, params, out / "ingested", out / "slices")
-        made, shared["embed_s"] = timed(cache.run, params, out / "slices", out / "features")
+        made, shared["embed_s"] = timed(embed_stage.run, params, out / "slices", out / "features")
         n_docs = sum(s["n"] for s in manifest["slices"])
         shared.update(documents=n_docs, slices=len(manifest["slices"]))
         report["shared"] = {k: round(v, 2) if isinstance(v, float) else v for k, v in shared.items()}
@@ -96,7 +96,7 @@ def main() -> None:
 
         report["matrix"] = {}
         for model in args.models:
-            _, train_s = timed(training.run, params, model, out / "slices", out / "ckpt", features_dir=out / "features")
+            _, train_s = timed(train_stage.run, params, model, out / "slices", out / "ckpt", features_dir=out / "features")
             _, eval_s = timed(evaluation.run, params, model, out / "slices", out / "ckpt", out / "scores",
                               features_dir=out / "features")
             single = replace(params, models={model: {}})

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from driftmatrix.models.registry import REGISTRY
+from driftmatrix.models.catalog import REGISTRY
 
 DIMS = {"MiniLM-L6": 384, "DINOv2-S": 384, "DINOv3-S": 384, "ViT-S16-IN21k": 384, "ResNet50-IN": 2048}
 

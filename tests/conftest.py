@@ -40,7 +40,8 @@ def ray_cluster():
         import ray
     except ImportError as exc:  # pragma: no cover - ray is pinned in requirements.txt
         pytest.skip(f"Ray cannot start: not installed ({exc})")
-    from driftmatrix.runtime.executor import RuntimeConfig, start_ray
+    from driftmatrix.runtime.executor import start_ray
+    from driftmatrix.config import RuntimeConfig
 
     # workers import test modules' functions by name, as they import driftmatrix's in real runs
     saved = os.environ.get("PYTHONPATH")

@@ -21,9 +21,9 @@ def main() -> None:
     for noisy in ("alembic", "mlflow", "git", "filelock", "httpx"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
-    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import evaluate as evaluation
     from driftmatrix.stages import matrices
-    from driftmatrix.learn import train as training
+    from driftmatrix.stages import train as train_stage
     from driftmatrix.config import load_params
     from testkit.pipeline import Paths, prepare
 
@@ -32,7 +32,7 @@ def main() -> None:
     if not (paths.slices / "manifest.json").exists():
         prepare(params, paths, generate=True)
     for model in params.models:
-        training.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
+        train_stage.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
                      features_dir=paths.features)
         if args.upto != "train":
             evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores,

@@ -70,12 +70,12 @@ def in_process(params, paths, model: str, cutoff: int, seed: int, rows: np.ndarr
     (class probabilities, or the network's outputs with ``logits``)."""
     from driftmatrix.units import store as checkpoints
     from driftmatrix.tracking import pyfunc as serving
-    from driftmatrix.learn import train as training
-
-    exp = training.Experiment(params, model, paths.slices, paths.features)
+    from driftmatrix.learn import fit as fit_loop
+    from driftmatrix.units import experiment
+    exp = experiment.Experiment(params, model, paths.slices, paths.features)
     unit = exp.plan.unit(seed, cutoff)
     net = exp.load_unit(checkpoints.CheckpointStore(paths.checkpoints, model), unit.key)
-    out = training.predict(net, exp.inputs, batch_size=exp.cfg.eval_batch_size, precision=exp.cfg.precision, rows=rows)
+    out = fit_loop.predict(net, exp.inputs, batch_size=exp.cfg.eval_batch_size, precision=exp.cfg.precision, rows=rows)
     return out if logits else serving.outputs_to_scores(out, exp.meta.task)
 
 

@@ -104,6 +104,8 @@ def test_a_ray_that_cannot_be_joined_is_named_ray_with_what_to_change(monkeypatc
     from ray._private import ray_constants
 
     from driftmatrix.runtime import executor
+
+    from driftmatrix import config
     from driftmatrix.tracking.server import explain
 
     def refused(**kwargs):
@@ -120,7 +122,7 @@ def test_a_ray_that_cannot_be_joined_is_named_ray_with_what_to_change(monkeypatc
     monkeypatch.setattr(ray_constants, "ENABLE_RAY_CLUSTER", ray_constants.ENABLE_RAY_CLUSTER)
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", refused)
-    cfg = executor.parse_runtime({"executor": "ray", "address": "auto"})
+    cfg = config.parse_runtime({"executor": "ray", "address": "auto"})
     with pytest.raises(executor.RayUnreachable) as info:
         executor.start_ray(cfg)
     assert explain(info.value.__cause__) is None  # Ray's ConnectionError is not the tracking server's

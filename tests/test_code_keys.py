@@ -1,4 +1,4 @@
-"""Code keys at function granularity (driftmatrix.units.provenance): on a copy of the package source, an
+"""Code keys at function granularity (driftmatrix.units.code): on a copy of the package source, an
 edit changes the keys of exactly the units and cells whose computation reaches it; and every
 function that runs while a unit trains or its cells are scored is in its key."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from driftmatrix.units import provenance
-from driftmatrix.models.registry import REGISTRY
+from driftmatrix.units import code as provenance
+from driftmatrix.models.catalog import REGISTRY
 
 SRC = provenance.PACKAGE_DIR
 CACHES = (provenance._project_root, provenance._module, provenance._resolve, provenance._mro, provenance._symbol,
@@ -95,13 +95,13 @@ def test_rewording_every_log_message_changes_no_key(pkg):
     before = all_keys()
     count = sum(reword_reports(path) for path in pkg.rglob("*.py"))
     assert count > 40  # the package's log lines, warnings and stderr prints
-    assert "(reworded) " in (pkg / "learn" / "train.py").read_text() and "(reworded) " in (pkg / "learn" / "score.py").read_text()
+    assert "(reworded) " in (pkg / "stages" / "train.py").read_text() and "(reworded) " in (pkg / "stages" / "evaluate.py").read_text()
     assert changed(before, all_keys()) == set()
 
 
 def test_a_log_line_added_inside_the_training_loop_changes_no_key(pkg):
     before = all_keys()
-    insert_statement(pkg / "learn" / "train.py", "fit", 'log.info("fitting %s rows", len(train_idx))')
+    insert_statement(pkg / "learn" / "fit.py", "fit", 'log.info("fitting %s rows", len(train_idx))')
     assert changed(before, all_keys()) == set()
 
 
@@ -130,7 +130,7 @@ def test_a_statement_in_one_image_builder_class_changes_only_its_models(pkg):
 
 def test_a_statement_at_the_top_of_the_training_loop_changes_every_unit(pkg):
     before = all_keys()
-    insert_statement(pkg / "learn" / "train.py", "fit", "seed = int(seed)")
+    insert_statement(pkg / "learn" / "fit.py", "fit", "seed = int(seed)")
     assert changed(before, all_keys()) == set(before)  # the cells' too: scoring builds the experiment
 
 
@@ -154,10 +154,8 @@ def test_editing_mlflow_orchestration_and_report_code_changes_no_key(pkg):
                 if qual:
                     insert_statement(path, qual, "_orchestration = None")
                     edited += 1
-    for qual in ("run", "sync", "RowLogs.attach_rest", "RowLogs._row", "row_record", "current_doc"):
-        insert_statement(pkg / "learn" / "score.py", qual, "_orchestration = None")
-    for qual in ("run", "train_units", "unit_record", "training_data", "start_workers", "largest_first"):
-        insert_statement(pkg / "learn" / "train.py", qual, "_orchestration = None")
+    for qual in ("unit_record", "training_data"):
+        insert_statement(pkg / "units" / "experiment.py", qual, "_orchestration = None")
     assert edited > 300
     assert changed(before, all_keys()) == set()
 
@@ -213,8 +211,9 @@ def untraced(params, paths, model: str) -> set[tuple[str, str]]:
     """The package functions that ran while a worker built ``model``'s experiment, trained one
     unit and scored its cells, yet are in neither its unit key's nor its cells' code."""
     from driftmatrix.units.store import CheckpointStore
-    from driftmatrix.learn.score import score_task
-    from driftmatrix.learn.train import ExperimentRecipe, resolve_environment
+    from driftmatrix.units.experiment import score_task
+    from driftmatrix.units.environment import resolve_environment
+    from driftmatrix.units.experiment import ExperimentRecipe
     from driftmatrix.units.plan import slice_hashes
 
     recipe = ExperimentRecipe.of(params, model, paths.slices, paths.features, resolve_environment(params, model))
@@ -298,7 +297,7 @@ def test_a_project_estimator_is_keyed_by_its_code_and_what_it_imports_from_the_p
 
 def test_an_installed_estimator_is_keyed_by_its_version_not_its_source():
     from driftmatrix.models.catalog import Builder
-    from driftmatrix.models.custom import library_versions
+    from driftmatrix.units.environment import model_libraries as library_versions
 
     custom = Builder("driftmatrix.models.tabular", "Custom")
     forget()

@@ -90,7 +90,7 @@ def scratch(tmp_path: Path, params: dict) -> tuple[Path, dict]:
                PYTHONPATH=os.pathsep.join(p for p in (str(work / "src"), os.environ.get("PYTHONPATH")) if p),
                MLFLOW_TRACKING_URI=f"sqlite:///{tmp_path / 'mlflow.db'}", GIT_AUTHOR_NAME="t",
                GIT_AUTHOR_EMAIL="t@t", GIT_COMMITTER_NAME="t", GIT_COMMITTER_EMAIL="t@t")
-    where = sh(["python", "-c", "import driftmatrix.units.provenance as p; print(p.PACKAGE_DIR)"], work, env)
+    where = sh(["python", "-c", "import driftmatrix.units.code as p; print(p.PACKAGE_DIR)"], work, env)
     assert Path(where.strip()) == work / "src" / "driftmatrix"  # the scratch copy runs and is digested
     for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"]):
         sh(cmd, work, env)
@@ -152,7 +152,7 @@ def test_comments_and_docstrings_retrain_nothing_a_statement_retrains_its_units(
     assert {k: after["MLP-S"][k] for k in before["MLP-S"]} == before["MLP-S"]
 
     # a statement at the top of the training loop: every unit of every model
-    insert_statement(work / "src" / "driftmatrix" / "learn" / "train.py", "fit", "seed = int(seed)")
+    insert_statement(work / "src" / "driftmatrix" / "learn" / "fit.py", "fit", "seed = int(seed)")
     settled(sh(["dvc", "repro"], work, env), MODELS, stale=set(MODELS))
 
     # up to date, and bytecode written beside the modules (by the stages, and here on purpose)

@@ -29,8 +29,8 @@ def test_eval_batches_are_made_once_per_set_within_the_budget_and_predict_the_sa
 
     from driftmatrix.learn.score import EvalBatches
     from driftmatrix.features.inputs import PixelInputs
-    from driftmatrix.models.registry import REGISTRY
-    from driftmatrix.learn.train import predict
+    from driftmatrix.models.catalog import REGISTRY
+    from driftmatrix.learn.fit import predict
 
     rng = np.random.default_rng(0)
     inputs = PixelInputs(rng.integers(0, 256, (50, 32, 32, 3), dtype=np.uint8))
@@ -71,7 +71,7 @@ def test_pixel_batches_from_resident_floats_equal_batches_normalised_one_by_one(
 def test_scoring_before_training_names_the_missing_checkpoints_and_the_command(tmp_path, tiny_params, mlflow_store):
     import pytest
 
-    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import evaluate as evaluation
     from driftmatrix.data import slicing
     from driftmatrix.data import synthetic
     from driftmatrix.stages import ingest

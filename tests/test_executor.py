@@ -15,9 +15,8 @@ from dataclasses import dataclass
 import pytest
 
 from driftmatrix.config import ConfigError
-from driftmatrix.runtime.executor import (KILL_ENV, LocalExecutor, Progress, RayExecutor, Resources, RuntimeConfig,
-                                  local_slots, machine_cpus, make_executor, parse_runtime, recipe_key,
-                                  reuse_workers)
+from driftmatrix.runtime.executor import KILL_ENV, LocalExecutor, Progress, RayExecutor, local_slots, machine_cpus, make_executor, recipe_key, reuse_workers
+from driftmatrix.config import Resources, RuntimeConfig, parse_runtime
 
 
 # --- work used by both executors (top level: Ray pickles it by reference) -----------------------
@@ -378,7 +377,7 @@ def test_keep_freed_memory_stops_each_step_page_faulting_its_tensors_afresh():
 import resource, torch
 torch.set_num_threads(1)  # one malloc arena: the counts do not depend on thread scheduling
 from driftmatrix.runtime.executor import keep_freed_memory
-from driftmatrix.models.registry import REGISTRY
+from driftmatrix.models.catalog import REGISTRY
 torch.manual_seed(0)
 model, x = REGISTRY["CNN-S"].build(2, {}), torch.randn(32, 3, 32, 32)
 def faults():

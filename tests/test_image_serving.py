@@ -26,7 +26,7 @@ CUTOFF, SEED = 1, 0
 
 def registered(params, paths, model: str):
     """The CUTOFF version of ``model``, predicting on the device its units were scored on."""
-    from driftmatrix.learn.train import recorded_environment
+    from driftmatrix.units.environment import recorded_environment
 
     device = recorded_environment(params, model, paths.checkpoints).device
     return mlflow.pyfunc.load_model(f"models:/tiny.{model}@cutoff-{1950 + CUTOFF}", model_config={"device": device})
@@ -89,7 +89,8 @@ def test_estimate_data_runs_each_unit_as_the_evaluate_stage_scored_it(portraits,
     from driftmatrix.units.store import CheckpointStore
     from driftmatrix.stages import newperiod
     from driftmatrix.stages.estimates import load_model, read_manifest
-    from driftmatrix.learn.train import ExperimentInfo, recorded_environment
+    from driftmatrix.units.environment import recorded_environment
+    from driftmatrix.units.experiment import ExperimentInfo
 
     params, paths = portraits
     rows, index = held_out(paths, CUTOFF)

@@ -9,9 +9,9 @@ import pytest
 from driftmatrix.stages import matrices
 from driftmatrix.config import parse_params
 from driftmatrix.data.table import DataError, DatasetMeta
-from driftmatrix.learn.score import ScoreStore
-from driftmatrix.units.provenance import Environment
-from driftmatrix.learn.train import model_plan
+from driftmatrix.units.store import ScoreStore
+from driftmatrix.units.environment import Environment
+from driftmatrix.units.plan import model_plan
 
 ENV = Environment("fp32", "cpu", 1, {"torch": "t", "numpy": "n"})
 

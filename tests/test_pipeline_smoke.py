@@ -9,7 +9,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from driftmatrix.units import store as checkpoints
-from driftmatrix.learn import train as training
+from driftmatrix.units import experiment
+from driftmatrix.units import plan
 from testkit.pipeline import Paths, run_all, train_and_evaluate
 from driftmatrix.tracking.runs import configure, load_registered
 
@@ -93,7 +94,7 @@ def test_one_finished_run_per_model_cutoff_seed_with_tags(finished):
 
 def test_registry_alias_resolves_to_a_model_that_predicts(finished):
     params, paths = finished
-    model = load_registered(training.planned_unit(params, "CNN-S", "1952", 0, paths.slices, paths.checkpoints))
+    model = load_registered(plan.planned_unit(params, "CNN-S", "1952", 0, paths.slices, paths.checkpoints))
     version = MlflowClient().get_model_version_by_alias("tiny.CNN-S", "cutoff-1952")
     assert version.tags["cutoff"] == "1952" and version.tags["seed"] == "0"
     assert MlflowClient().get_model_version_by_alias("tiny.CNN-S", "cutoff-1952-seed-1").tags["seed"] == "1"
@@ -109,7 +110,7 @@ def test_rerun_skips_finished_work_and_redoes_a_killed_unit(finished, caplog):
     params, paths = finished
     before = {r.info.run_id for r in cutoff_runs(params)}
     # Simulate a unit killed half-way: its record is gone and a RUNNING run was left behind.
-    exp = training.Experiment(params, "MLP-S", paths.slices)
+    exp = experiment.Experiment(params, "MLP-S", paths.slices)
     unit = exp.plan.unit(1, 2)
     store = checkpoints.CheckpointStore(paths.checkpoints, "MLP-S")
     weights = store.folder(unit.key) / store.WEIGHTS

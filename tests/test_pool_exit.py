@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import yaml
 
 from driftmatrix.config import to_raw
-from driftmatrix.runtime.executor import LocalExecutor, RuntimeConfig
+from driftmatrix.runtime.executor import LocalExecutor
+from driftmatrix.config import RuntimeConfig
 from testkit.pipeline import Paths, prepare
 
 

@@ -126,7 +126,7 @@ def test_text_presets_slice_the_protocol_periods(preset, k, first, last, cutoffs
 
 
 def test_every_preset_names_registered_models_and_the_prior_baseline():
-    from driftmatrix.models.registry import REGISTRY
+    from driftmatrix.models.catalog import REGISTRY
 
     for path in sorted(PRESETS.glob("*.yaml")):
         models = load_params(path).models

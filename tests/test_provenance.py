@@ -1,4 +1,4 @@
-"""Keys cover code and environment (driftmatrix.units.provenance); dvc.yaml declares the same code."""
+"""Keys cover code and environment (driftmatrix.units.code); dvc.yaml declares the same code."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ import pytest
 import yaml
 
 from driftmatrix.units import store as checkpoints
-from driftmatrix.units import provenance
+from driftmatrix.units import code as provenance
+from driftmatrix.units import environment
 from driftmatrix.config import ConfigError, parse_params
-from driftmatrix.units.provenance import Environment
+from driftmatrix.units.environment import Environment
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -82,7 +83,8 @@ def _files(deps: list[str]) -> set[str]:
 
 
 #: What computes and checks the keys (by value) and stores units, beside the code they digest.
-KEYING = {"src/driftmatrix/units/plan.py", "src/driftmatrix/units/provenance.py", "src/driftmatrix/units/store.py"}
+KEYING = {"src/driftmatrix/units/plan.py", "src/driftmatrix/units/code.py", "src/driftmatrix/units/store.py",
+          "src/driftmatrix/units/environment.py"}
 
 
 @pytest.mark.parametrize("stage", ["train", "evaluate", "matrices", "estimates", "importance", "saliency"])
@@ -90,7 +92,7 @@ def test_the_code_deps_of_every_stage_that_keys_units_are_the_code_they_reach(st
     """dvc.yaml's code deps of a stage that keys units (and cells) are exactly the files holding
     code that some catalog model's units (and cells) reach: one missing would let DVC skip the
     stage while keys changed; one more would rerun it for nothing."""
-    from driftmatrix.models.registry import REGISTRY
+    from driftmatrix.models.catalog import REGISTRY
 
     forget()
     seen: dict = {}
@@ -108,7 +110,7 @@ def test_the_check_itself_fails_on_a_missing_module():
 
 
 def test_repeated_seeds_are_a_one_line_error():
-    from driftmatrix.learn.train import effective_config
+    from driftmatrix.config import effective_config
 
     with pytest.raises(ConfigError, match="seed 0 is listed twice"):
         effective_config(parse_params({"train": {"seeds": [0, 0]}, "models": {"MLP-S": {}}}), "MLP-S")
@@ -116,9 +118,9 @@ def test_repeated_seeds_are_a_one_line_error():
 
 def test_a_cpu_driver_keys_gpu_ray_units_for_cuda():
     """The driver of a Ray cluster whose units ask for GPUs keys them for CUDA even without one."""
-    env = provenance.resolve_environment("fp32", "auto", 1, remote_gpus=True)
+    env = environment.environment_of("fp32", "auto", 1, remote_gpus=True)
     assert (env.device, env.threads, env.precision) == ("cuda", None, "fp32")
-    here = provenance.resolve_environment("auto", "auto", 2)
+    here = environment.environment_of("auto", "auto", 2)
     assert here.device == "cpu" and here.threads == 2 and here.libraries["torch"]
     assert "x86_64" in here.hardware or here.hardware  # recorded, never keyed
     assert "hardware" not in here.keyed()
@@ -144,7 +146,8 @@ def _tiny(tmp_path, tiny_params, **over):
 def test_workers_refuse_a_unit_keyed_for_another_environment_or_code(tmp_path, tiny_params):
     import torch
 
-    from driftmatrix.learn.train import Experiment, check_key, resolve_environment, train_task
+    from driftmatrix.units.environment import resolve_environment
+    from driftmatrix.units.experiment import Experiment, check_key, train_task
 
     params, paths = _tiny(tmp_path, tiny_params)
     env = resolve_environment(params, "MLP-S")
@@ -171,8 +174,8 @@ def test_later_stages_key_with_the_recorded_environment(tmp_path, tiny_params, m
     cell: they read the environment the train stage recorded."""
     from driftmatrix.stages import matrices
     from driftmatrix.units import status
-    from driftmatrix.learn import train as training
-    from driftmatrix.learn.score import ScoreStore
+
+    from driftmatrix.units.store import ScoreStore
     from testkit.pipeline import train_and_evaluate
 
     params, paths = _tiny(tmp_path, tiny_params)
@@ -185,7 +188,7 @@ def test_later_stages_key_with_the_recorded_environment(tmp_path, tiny_params, m
     assert some["environment"]["hardware"] and len(some["weights_digest"]) == 64
 
     elsewhere = Environment("bf16", "cpu", 7, {"torch": "other"})
-    monkeypatch.setattr(training, "resolve_environment", lambda *a, **k: elsewhere)
+    monkeypatch.setattr("driftmatrix.units.environment.resolve_environment", lambda *a, **k: elsewhere)
     m = matrices.read_scores(params, paths.slices, paths.scores)["MLP-S"]
     assert m.extra["missing_cells"] == 0 and m.extra["precision"] == "fp32"
     (st,) = status.read_status(params, paths.slices, paths.checkpoints, paths.scores)
@@ -195,8 +198,7 @@ def test_later_stages_key_with_the_recorded_environment(tmp_path, tiny_params, m
 def test_gpu_units_are_scored_in_the_stage_process(tmp_path, monkeypatch):
     """With a recorded CUDA environment the evaluate stage starts no local worker processes (one
     CUDA context per CPU worker would be the result) and builds its experiment in-process."""
-    from driftmatrix.learn import score as evaluation
-    from driftmatrix.learn import train as training
+    from driftmatrix.stages import evaluate as evaluation
 
     store = checkpoints.CheckpointStore(tmp_path / "ckpt", "MLP-S")
     store.write_environment(Environment("fp32", "cuda", None, {}).to_dict())
@@ -210,8 +212,8 @@ def test_gpu_units_are_scored_in_the_stage_process(tmp_path, monkeypatch):
     def in_process(*a, **k):
         raise Built(a[-1].device)
 
-    monkeypatch.setattr(training, "start_workers", no_workers)
-    monkeypatch.setattr(training, "Experiment", in_process)
+    monkeypatch.setattr("driftmatrix.stages.train.start_workers", no_workers)
+    monkeypatch.setattr("driftmatrix.units.experiment.Experiment", in_process)
     monkeypatch.setattr("driftmatrix.tracking.runs.configure_in_background", lambda cfg: None)
     with pytest.raises(Built, match="cuda"):
         evaluation.run(parse_params({"models": {"MLP-S": {}}}), "MLP-S", tmp_path / "slices", tmp_path / "ckpt",
@@ -250,7 +252,7 @@ def test_records_reach_the_disk_before_they_are_renamed_into_place(tmp_path, mon
 
 
 def test_scores_of_other_weights_are_dropped():
-    from driftmatrix.learn.score import current_doc
+    from driftmatrix.stages.evaluate import current_doc
 
     doc = {"cells": {"c": {"value": 1.0}}, "logged": {"run_id": "r"}, "weights_digest": "a"}
     assert current_doc(doc, "a") is doc
@@ -268,7 +270,7 @@ def test_no_two_modules_import_each_other():
         modules.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
     forget()
     graph = {m: {r[0] for t in provenance._module(m).imports if (r := provenance._resolve(t))} for m in modules}
-    assert "driftmatrix.units.store" in graph["driftmatrix.learn.train"]
+    assert "driftmatrix.units.store" in graph["driftmatrix.stages.train"]
     mutual = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a != b and a in graph.get(b, ())})
     assert not mutual
 
@@ -292,7 +294,7 @@ KEYED_MODELS = ("MLP-S", "CNN-S", "Prior", "LogReg", "HistGBT", "LightGBM", "MLP
 
 def plan_keys(embed=None) -> dict[str, list[str]]:
     """Every unit key of :data:`KEYED_MODELS` on a two-slice manifest (no data needed)."""
-    from driftmatrix.learn.train import model_plan
+    from driftmatrix.units.plan import model_plan
 
     params = parse_params({"dataset": {"name": "toy"}, "models": {m: {} for m in KEYED_MODELS},
                            **({"embed": embed} if embed else {})})
@@ -312,8 +314,8 @@ def plan_keys(embed=None) -> dict[str, list[str]]:
 ])
 def test_a_library_version_rekeys_exactly_the_units_it_computes(monkeypatch, library, rekeyed):
     before = plan_keys()
-    real = provenance.package_version
-    monkeypatch.setattr(provenance, "package_version", lambda dist: "0.0.other" if dist == library else real(dist))
+    real = environment.package_version
+    monkeypatch.setattr(environment, "package_version", lambda dist: "0.0.other" if dist == library else real(dist))
     after = plan_keys()
     assert {m for m in KEYED_MODELS if before[m] != after[m]} == rekeyed
     assert all(not set(before[m]) & set(after[m]) for m in rekeyed)  # every unit of theirs, not some
@@ -323,9 +325,9 @@ def test_a_library_version_rekeys_exactly_the_units_it_computes(monkeypatch, lib
 def test_library_versions_come_from_package_metadata():
     from importlib import metadata
 
-    from driftmatrix.models.custom import library_versions
+    from driftmatrix.units.environment import model_libraries as library_versions
 
-    assert provenance.package_version("scipy") == metadata.version("scipy")
-    assert provenance.package_version("no-such-distribution-here") == "absent"
+    assert environment.package_version("scipy") == metadata.version("scipy")
+    assert environment.package_version("no-such-distribution-here") == "absent"
     assert library_versions("LogReg", {})["scipy"] == metadata.version("scipy")
     assert "scipy" not in library_versions("LightGBM", {}) and "scipy" not in library_versions("MLP", {})

@@ -2,7 +2,7 @@
 
 - A crafted pickle in the artifact store or a checkpoint folder (in place of ``model.safetensors``,
   or beside it as ``model.pth`` / ``data/model.pth`` with an MLflow ``MLmodel``) is never executed by
-  ``tracking.load_registered``, ``checkpoints.load_model_folder`` or ``CheckpointStore.load_state``;
+  ``tracking.load_registered``, ``catalog.load_model_folder`` or ``CheckpointStore.load_state``;
   a replaced ``MLmodel`` (another flavour, other code, a pickled Python model) is refused before
   MLflow runs anything (``serving.verify``). No file of a registered version is a pickle, and
   ``mlflow.pyfunc.load_model`` plus ``predict`` run with every pickle loader patched to raise.
@@ -29,9 +29,11 @@ import pytest
 import torch
 
 from driftmatrix.units import store as checkpoints
+
+from driftmatrix.models import catalog
 from driftmatrix.tracking import pyfunc as serving
 from driftmatrix.tracking import runs as tracking
-from driftmatrix.learn import train as training
+from driftmatrix.units import plan
 from driftmatrix.features import encoders
 from testkit.pipeline import Paths, prepare, train_and_evaluate
 
@@ -89,7 +91,7 @@ def registered(tmp_path_factory, tiny_params):
 
 def _unit(params, paths, cutoff):
     """The plan's MLP-S unit trained up to ``cutoff`` (seed 0): what a registry version is loaded by."""
-    return training.planned_unit(params, "MLP-S", cutoff, 0, paths.slices, paths.checkpoints)
+    return plan.planned_unit(params, "MLP-S", cutoff, 0, paths.slices, paths.checkpoints)
 
 
 PYTORCH_MLMODEL = ("flavors:\n  pytorch:\n    model_data: data\n    pickle_module_name: pickle\n"
@@ -119,12 +121,12 @@ def test_a_crafted_pickle_in_a_checkpoint_folder_is_never_executed(registered, t
     marker = tmp_path / "pwned"
 
     plant_beside(folder, marker)  # extra files are ignored: the weights still load
-    assert checkpoints.load_model_folder(folder) is not None and copy.load_state(key)
+    assert catalog.load_model_folder(folder) is not None and copy.load_state(key)
     crafted(folder / "model.safetensors", marker)  # the weights themselves replaced by a pickle
     with pytest.raises(Exception, match=r"(?i)header|safetensor|deserializ"):
         copy.load_state(key)
     with pytest.raises(Exception, match=r"(?i)header|safetensor|deserializ"):
-        checkpoints.load_model_folder(folder)
+        catalog.load_model_folder(folder)
     assert not marker.exists()
 
 
@@ -326,7 +328,7 @@ def unsafe_loads(source: str, filename: str) -> list[str]:
         elif name in ("np.load", "numpy.load") and keyword(node, "allow_pickle") is not False:
             found.append(f"{where}: without allow_pickle=False")
         elif parts[0] == "mlflow" and parts[-1] == "load_model" and not (
-                name == "mlflow.pyfunc.load_model" and filename == "driftmatrix/serving.py"):
+                name == "mlflow.pyfunc.load_model" and filename == "driftmatrix/tracking/pyfunc.py"):
             found.append(f"{where}: MLflow flavour loaders unpickle (serving.load checks a folder first)")
         elif parts[-1] == "from_pretrained" and parts[0].endswith("Model") and keyword(node, "weights_only") is not True:
             found.append(f"{where}: Hugging Face model without weights_only=True")

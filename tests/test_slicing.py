@@ -6,7 +6,7 @@ from driftmatrix.config import SlicingConfig
 from driftmatrix.data.table import DataError, DatasetMeta
 from driftmatrix.learn.score import eval_mask
 from driftmatrix.data.slicing import make_slices, period_bins, stratified_split
-from driftmatrix.learn.train import cutoff_train_rows
+from driftmatrix.learn.fit import cutoff_train_rows
 
 META = DatasetMeta(name="t", task="binary", input_kind="image", class_names=("F", "M"))
 

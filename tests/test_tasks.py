@@ -10,7 +10,8 @@ import torch
 import torch.nn.functional as F
 from sklearn.metrics import mean_squared_error, roc_auc_score
 
-from driftmatrix.learn.tasks import balanced_mse, cell_score, macro_auc, make_loss, metric_for
+from driftmatrix.learn.tasks import balanced_mse, cell_score, macro_auc, make_loss
+from driftmatrix.config import metric_for
 
 RNG = np.random.default_rng(0)
 CATS = ("cs.LG", "hep-ph", "cs.CV")

@@ -60,7 +60,7 @@ def test_a_command_process_leaves_its_sqlite_store_in_one_file(tmp_path):
     db = tmp_path / "mlflow.db"
     script = (
         "import gc, mlflow\n"
-        "from driftmatrix import tracking\n"
+        "from driftmatrix.tracking import runs as tracking\n"
         "from driftmatrix.config import TrackingConfig\n"
         f"tracking.configure(TrackingConfig(uri='sqlite:///{db}', experiment='wal', "
         f"artifact_root='{tmp_path / 'mlruns'}'))\n"
@@ -357,7 +357,7 @@ def test_syncs_of_one_local_store_take_turns(tmp_path):
     assert tracking.lock_folder(uri) == tmp_path
     assert tracking.lock_folder((tmp_path / "mlruns").as_uri()) == tmp_path
     assert tracking.lock_folder("http://localhost:5000") is None
-    script = f"from driftmatrix import tracking\nwith tracking.store_lock({uri!r}):\n    print('locked')\n"
+    script = f"from driftmatrix.tracking import runs as tracking\nwith tracking.store_lock({uri!r}):\n    print('locked')\n"
     with tracking.store_lock(uri):
         other = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
         with pytest.raises(subprocess.TimeoutExpired):

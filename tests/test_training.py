@@ -3,7 +3,9 @@ import pytest
 import torch
 
 from testkit.pipeline import Paths, prepare
-from driftmatrix.learn.train import Experiment, largest_first, predict
+from driftmatrix.stages.train import largest_first
+from driftmatrix.units.experiment import Experiment
+from driftmatrix.learn.fit import predict
 from driftmatrix.units.plan import Unit
 
 
@@ -56,7 +58,8 @@ def test_device_and_precision_mistakes_are_config_errors_before_any_work(monkeyp
     import torch
 
     from driftmatrix.config import ConfigError, parse_params
-    from driftmatrix.learn.train import effective_config, resolve_device
+    from driftmatrix.learn.precision import resolve_device
+    from driftmatrix.config import effective_config
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert resolve_device("auto").type == "cpu" and resolve_device("cpu").type == "cpu"

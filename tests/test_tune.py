@@ -8,7 +8,8 @@ import torch
 import yaml
 
 from driftmatrix.config import ConfigError, parse_params, replace
-from driftmatrix.learn.train import Experiment, cutoff_train_rows
+from driftmatrix.units.experiment import Experiment
+from driftmatrix.learn.fit import cutoff_train_rows
 
 CUTOFF, V = 4, 2  # tune on slices 0..4: inner train 0..2, validation 3..4; slices 5..7 are the future
 TUNE = {"cutoff": 1954, "validation_periods": V, "n_trials": 2, "seed": 0, "pruner_startup_trials": 1,
@@ -311,7 +312,7 @@ def test_ray_executor_runs_the_same_study_as_local(slices, monkeypatch, ray_clus
 
 
 def test_dropout_is_tuned_only_for_models_that_have_it():
-    from driftmatrix.models.registry import REGISTRY
+    from driftmatrix.models.catalog import REGISTRY
     from driftmatrix.stages.tune import has_dropout
 
     assert has_dropout(REGISTRY["ViT-S"].build(2, {}))  # MaskDropout blocks

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import pytest
 import torch
 
-from driftmatrix.runtime.executor import LocalExecutor, RayExecutor, Resources, RuntimeConfig, unit_threads
+from driftmatrix.runtime.executor import LocalExecutor, RayExecutor
+from driftmatrix.config import Resources, RuntimeConfig, unit_threads
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,7 @@ def test_ray_units_run_with_the_units_threads(ray_cluster):
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="one thread here: local and Ray agree trivially")
 def test_a_cnn_unit_trains_to_the_same_bits_locally_and_on_ray(tmp_path, tiny_params, ray_cluster):
     from testkit.pipeline import Paths, prepare
-    from driftmatrix.learn.train import Experiment, ExperimentRecipe, train_task
+    from driftmatrix.units.experiment import Experiment, ExperimentRecipe, train_task
 
     params = tiny_params(tmp_path, models={"CNN-S": {}}, train={"seeds": [0]})
     paths = Paths(tmp_path / "out")

@@ -4,9 +4,10 @@ import numpy as np
 import pytest
 
 from driftmatrix.config import ConfigError, TrainConfig, replace
-from driftmatrix.learn.train import window_train_rows
-from driftmatrix.units.provenance import Environment
-from driftmatrix.units.plan import Window, parse_window, plan_model
+from driftmatrix.learn.fit import window_train_rows
+from driftmatrix.units.environment import Environment
+from driftmatrix.units.plan import plan_model
+from driftmatrix.config import Window, parse_window
 
 IDENTITY = {"model": "MLP-S", "description": "mlp"}
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from driftmatrix.learn import score as evaluation
-from driftmatrix.learn import train as training
+from driftmatrix.stages import evaluate as evaluation
+from driftmatrix.stages import train as train_stage
 from driftmatrix.config import to_raw
 from testkit.pipeline import Paths, prepare
 
@@ -35,7 +35,7 @@ def test_units_in_workers_give_the_stage_process_numbers_and_evaluate_never_impo
     for name, params in (("here", here), ("there", there)):
         paths = Paths(tmp_path / name / "out")
         prepare(params, paths, generate=True)
-        training.run(params, "MLP-S", paths.slices, paths.checkpoints)
+        train_stage.run(params, "MLP-S", paths.slices, paths.checkpoints)
         if name == "here":
             evaluation.run(params, "MLP-S", paths.slices, paths.checkpoints, paths.scores)
         else:  # the stage as its own process, as `dvc repro` runs it
@@ -43,7 +43,7 @@ def test_units_in_workers_give_the_stage_process_numbers_and_evaluate_never_impo
             params_file.write_text(yaml.safe_dump(to_raw(params)))
             script = (
                 "import sys\n"
-                "from driftmatrix import evaluation\n"
+                "from driftmatrix.stages import evaluate as evaluation\n"
                 "from driftmatrix.config import load_params\n"
                 f"evaluation.run(load_params({str(params_file)!r}), 'MLP-S', {str(paths.slices)!r}, "
                 f"{str(paths.checkpoints)!r}, {str(paths.scores)!r})\n"

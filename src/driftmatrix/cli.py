@@ -106,6 +106,10 @@ def ingest(params: Path = PARAMS_OPT, strict: bool = typer.Option(False, help="A
 
     from driftmatrix.stages import ingest as stage
 
+    from driftmatrix.reporting import html
+
+    from driftmatrix.features import table
+
     p = _params(params)
     overrides = _parse_options(option)
     if overrides or path is not None:
@@ -177,9 +181,9 @@ def embed(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/s
           model: list[str] = typer.Option([], "--model", "-m", help="Only the encoders of these models "
                                           "(repeatable; default: every model in params.yaml).")) -> None:
     """Run each frozen encoder the configured models need once over every row; resumable."""
-    from driftmatrix.features import cache
 
-    for m in cache.run(_params(params), slices, out, model or None):
+    from driftmatrix.stages import embed as embed_stage
+    for m in embed_stage.run(_params(params), slices, out, model or None):
         typer.echo(f"{m['encoder']}: {m['n']} rows, dim {m['dim']}, "
                    f"{'token states + pooled' if m['has_states'] else 'pooled'} -> {m['path']}")
 
@@ -190,9 +194,8 @@ def train(model: str = typer.Option(..., "--model", "-m", help="Registry name, e
           out: Path = typer.Option(Path("outputs/checkpoints")), features: Path = FEATURES_OPT) -> None:
     """Train a fresh model per (cutoff, seed) on its training window (train.window: the cumulative
     history by default); skips the units already trained under the same key."""
-    from driftmatrix.learn import train as training
-
-    training.run(_params(params), model, slices, out, features_dir=features)
+    from driftmatrix.stages import train as train_stage
+    train_stage.run(_params(params), model, slices, out, features_dir=features)
 
 
 @app.command()
@@ -201,7 +204,7 @@ def evaluate(model: str = typer.Option(..., "--model", "-m"), params: Path = PAR
              checkpoints: Path = typer.Option(Path("outputs/checkpoints")),
              out: Path = typer.Option(Path("outputs/scores")), features: Path = FEATURES_OPT) -> None:
     """Score every checkpoint on every slice in one pass; write drift-matrix rows."""
-    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import evaluate as evaluation
 
     evaluation.run(_params(params), model, slices, checkpoints, out, features_dir=features)
 
@@ -216,8 +219,8 @@ def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
     (numbers only; `driftmatrix report` draws and logs them)."""
     from driftmatrix.stages import matrices as stage
 
-    stage.run(_params(params), scores, out, slices_dir=slices, metrics_path=metrics or stage.DVC_METRICS,
-              plots_dir=plots or stage.DVC_MATRICES)
+    stage.run(_params(params), scores, out, slices_dir=slices, metrics_path=metrics or estimates.DVC_METRICS,
+              plots_dir=plots or matrices.DVC_MATRICES)
 
 
 @app.command()
@@ -234,9 +237,9 @@ def backtest(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
     from driftmatrix.stages import estimates as stage
 
     if matrices is not None:
-        result = stage.run_matrices(matrices, out)
+        result = estimates.run_matrices(matrices, out)
     else:
-        result = stage.run(_params(params), slices, scores, out, metrics or stage.DVC_METRICS, track=track)
+        result = stage.run(_params(params), slices, scores, out, metrics or estimates.DVC_METRICS, track=track)
     for model, s in result.items():
         ahead = s.get("previous_period") or {}
         typer.echo(f"{model}: noise floor {s['noise_floor']}, method chosen per period from earlier periods: "
@@ -289,12 +292,12 @@ def status(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/
     what `dvc repro` would do about it (reads files only; nothing runs)."""
     from driftmatrix.units import status as stage
 
-    statuses = stage.read_status(_params(params), slices, checkpoints, scores)
+    statuses = status.read_status(_params(params), slices, checkpoints, scores)
     for s in statuses:
-        typer.echo(stage.render(s) + "\n")
+        typer.echo(html.render(s) + "\n")
     typer.echo(f"legend: {stage.DONE} done, {stage.STALE} stale (trained under other settings or data: redone), "
-               f"{stage.MISSING} missing")
-    typer.echo("dvc repro would:\n" + "\n".join(f"  {line}" for line in stage.would_do(statuses)))
+               f"{table.MISSING} missing")
+    typer.echo("dvc repro would:\n" + "\n".join(f"  {line}" for line in status.would_do(statuses)))
     typer.echo("(from the current outputs/slices; if the raw data or slicing changed, the slice stage "
                "runs first and the plan follows it)")
 
@@ -391,7 +394,7 @@ def importance(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outp
 @app.command("models")
 def list_models() -> None:
     """List the model registry (name, family, modality)."""
-    from driftmatrix.models.registry import REGISTRY
+    from driftmatrix.models.catalog import REGISTRY
 
     for name, spec in REGISTRY.items():
         typer.echo(f"{name:<16} {spec.family:<10} {spec.modality}")

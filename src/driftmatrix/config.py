@@ -9,15 +9,14 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from dataclasses import dataclass, field, fields, replace
+import math
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
+
+from driftmatrix.errors import ConfigError
 
 PARAMS_FILE = Path("params.yaml")
-
-
-class ConfigError(ValueError):
-    """A parameter file or section is invalid; the message names the file and key."""
 
 
 # Allowed values of keys, as dataclass field metadata: checked by :func:`build` (None passes).
@@ -138,7 +137,7 @@ class Params:
     def train_for(self, model: str) -> TrainConfig:
         """The training config of one model: ``train`` with that model's overrides applied (its
         estimator options, ``models.custom.OPTIONS``, configure the estimator instead)."""
-        from driftmatrix.models.custom import training_overrides
+        from driftmatrix.models.spec import training_overrides
 
         overrides = training_overrides(self.models.get(model))
         return build(TrainConfig, {**_asdict(self.train), **overrides}, f"models.{model}")
@@ -222,7 +221,7 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     if not isinstance(models, Mapping) or not models:
         raise ConfigError(f"{source}: models must be a non-empty mapping of model name -> overrides")
     models = {str(k): dict(v or {}) for k, v in models.items()}
-    from driftmatrix.models import custom
+    from driftmatrix.models import spec as custom
 
     for name, entry in models.items():
         problem = custom.check(name, custom.options_of(entry), f"{source}: models.{name}")
@@ -241,7 +240,6 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     for name in models:  # validate every override early, with the model named
         params.train_for(name)
     build(EstimateConfig, extra.get("estimate"), f"{source}: estimate")
-    from driftmatrix.learn.tasks import metric_for
 
     metric = build(EvaluationConfig, extra.get("evaluation"), f"{source}: evaluation").metric
     try:
@@ -298,3 +296,200 @@ __all__ = [
     "fingerprint",
     "replace",
 ]
+
+
+def effective_config(params: Params, model: str) -> TrainConfig:
+    """``train`` < the model spec's own defaults (e.g. lr 1e-4 for frozen heads) < ``models.<name>``.
+
+    ``precision`` and ``device`` stay as asked (``auto`` included): the train stage resolves them
+    once into the model's :class:`~driftmatrix.units.environment.Environment`."""
+    from driftmatrix.models.catalog import get
+
+
+    from driftmatrix.models.spec import training_overrides
+
+    spec = get(model)
+    merged = {**asdict(params.train), **dict(spec.train_defaults), **training_overrides(params.models.get(model))}
+    cfg = build(TrainConfig, merged, f"models.{model}")
+    parse_window(cfg.window, f"models.{model}.window")  # a clear error before any work
+    repeated = sorted({s for s in cfg.seeds if list(cfg.seeds).count(s) > 1})
+    if repeated:
+        raise ConfigError(f"params.yaml: models.{model}.seeds (or train.seeds): seed {repeated[0]} is listed "
+                          f"twice; each seed is one run of every cutoff")
+    return cfg
+
+
+def model_options(params: Params, model: str) -> dict[str, Any]:
+    """The estimator options of ``models.<model>`` (``models.custom.OPTIONS``: estimator, params,
+    encoding, trusted); empty for the torch models."""
+    from driftmatrix.models.spec import options_of
+
+    return options_of(params.models.get(model))
+
+
+EXECUTORS = ("local", "ray")
+
+
+_WHERE = "params.yaml: runtime"
+
+
+# --- configuration ---------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Resources:
+    """What one unit asks Ray for. ``num_gpus`` below 1 shares a GPU; above 1 it must be whole."""
+
+    num_cpus: float = 1
+    num_gpus: float = 0
+
+
+@dataclass(frozen=True)
+class RuntimeConfig:
+    executor: str = "local"
+    workers: int | str = 1
+    address: str | None = None
+    num_cpus: float = 1
+    num_gpus: float = 0
+    max_retries: int = 3
+    overrides: Mapping[str, Resources] = field(default_factory=dict)
+
+    def resources_for(self, model: str | None) -> Resources:
+        """The runtime defaults with ``overrides.<model>`` applied."""
+        base = Resources(self.num_cpus, self.num_gpus)
+        return self.overrides.get(model, base) if model is not None else base
+
+
+def parse_runtime(raw: Mapping[str, Any] | None, models: Iterable[str] | None = None) -> RuntimeConfig:
+    """``RuntimeConfig`` from the ``runtime:`` mapping; every bad key is named ``params.yaml: runtime.<key>``.
+
+    ``models``, when given, are the experiment's models: an override for any other name is an error.
+    """
+    if raw is None:
+        return RuntimeConfig()
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"{_WHERE}: expected a mapping, got {type(raw).__name__}")
+    raw = dict(raw)
+    known = {f for f in RuntimeConfig.__dataclass_fields__}
+    for key in raw:
+        if key not in known:
+            raise ConfigError(f"{_WHERE}.{key}: unknown key; expected some of {sorted(known)}")
+    over = raw.pop("overrides", None) or {}
+    if not isinstance(over, Mapping):
+        raise ConfigError(f"{_WHERE}.overrides: expected a mapping of model -> {{num_cpus, num_gpus}}")
+    cfg = build(RuntimeConfig, raw, _WHERE)
+    if cfg.executor not in EXECUTORS:
+        raise ConfigError(f"{_WHERE}.executor: {cfg.executor!r} is not one of {list(EXECUTORS)}")
+    if cfg.workers != "auto" and (not isinstance(cfg.workers, int) or isinstance(cfg.workers, bool)
+                                  or cfg.workers < 1):
+        raise ConfigError(f"{_WHERE}.workers: expected auto or a whole number >= 1, got {cfg.workers!r}")
+    if cfg.address is not None and (not isinstance(cfg.address, str) or not cfg.address.strip()):
+        raise ConfigError(f"{_WHERE}.address: expected null, auto, ray://host:port or host:port, got {cfg.address!r}")
+    if not isinstance(cfg.max_retries, int) or isinstance(cfg.max_retries, bool) or cfg.max_retries < -1:
+        raise ConfigError(f"{_WHERE}.max_retries: expected an integer >= 0 (-1: retry forever), "
+                          f"got {cfg.max_retries!r}")
+    _check_resources(Resources(cfg.num_cpus, cfg.num_gpus), _WHERE)
+    models = set(models) if models is not None else None
+    resolved = {}
+    for name, value in over.items():
+        where = f"{_WHERE}.overrides.{name}"
+        if models is not None and name not in models:
+            raise ConfigError(f"{where}: {name!r} is not a model of this experiment ({sorted(models)})")
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping with num_cpus and/or num_gpus")
+        for key in value:
+            if key not in Resources.__dataclass_fields__:
+                raise ConfigError(f"{where}.{key}: unknown key; expected num_cpus or num_gpus")
+        res = build(Resources, {"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus, **value}, where)
+        resolved[str(name)] = _check_resources(res, where)
+    return RuntimeConfig(executor=cfg.executor, workers=cfg.workers, address=cfg.address, num_cpus=cfg.num_cpus,
+                         num_gpus=cfg.num_gpus, max_retries=cfg.max_retries, overrides=resolved)
+
+
+def runtime_config(params) -> RuntimeConfig:
+    """The ``runtime:`` section of typed ``Params`` (it lives in ``params.extra``)."""
+    return parse_runtime(params.extra.get("runtime"), params.models)
+
+
+def unit_threads(res: Resources) -> int:
+    """Torch threads a unit computes with, on every executor: floor(num_cpus), at least 1."""
+    return max(1, math.floor(res.num_cpus))
+
+
+def _check_resources(res: Resources, where: str) -> Resources:
+    for key in ("num_cpus", "num_gpus"):
+        value = getattr(res, key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+            raise ConfigError(f"{where}.{key}: expected a number >= 0, got {value!r}")
+    if res.num_gpus > 1 and res.num_gpus != int(res.num_gpus):
+        raise ConfigError(f"{where}.num_gpus: above 1 it must be a whole number of GPUs, got {res.num_gpus}")
+    return res
+
+
+@dataclass(frozen=True)
+class MetricInfo:
+    key: str
+    name: str
+    unit: str
+    higher_is_better: bool
+
+
+METRICS = {
+    "accuracy": MetricInfo("accuracy", "Accuracy", "%", True),
+    "macro_auc": MetricInfo("macro_auc", "Macro AUC", "%", True),
+    "balanced_mse": MetricInfo("balanced_mse", "Balanced MSE", "", False),
+    "balanced_accuracy": MetricInfo("balanced_accuracy", "Balanced accuracy", "%", True),
+    "log_loss": MetricInfo("log_loss", "Log loss", "nats", False),
+}
+
+
+#: ``evaluation.metric`` of binary and multiclass tasks (the first: the default).
+CLASSIFICATION_METRICS = ("accuracy", "balanced_accuracy", "macro_auc", "log_loss")
+
+
+def metric_for(task: str, chosen: str = "accuracy") -> MetricInfo:
+    """The metric a task's cells are scored by: ``chosen`` (``evaluation.metric``) for binary and
+    multiclass tasks; multi-label and regression tasks have one each (macro AUC, balanced MSE)."""
+    own = {"multilabel": "macro_auc", "regression": "balanced_mse"}.get(task)
+    if own is None and chosen in CLASSIFICATION_METRICS or chosen in ("accuracy", own):
+        return METRICS[own or chosen]
+    raise ValueError(f"evaluation.metric: a {task} task is scored by {own or ', '.join(CLASSIFICATION_METRICS)}, "
+                     f"not {chosen}")
+
+
+@dataclass(frozen=True)
+class Window:
+    """Which slices a cutoff trains on: ``cumulative`` (the paper), ``sliding`` N, or ``single``."""
+
+    kind: str = "cumulative"
+    size: int | None = None
+
+    def slices(self, cutoff: int) -> range:
+        if self.kind == "cumulative":
+            return range(0, cutoff + 1)
+        if self.kind == "single":
+            return range(cutoff, cutoff + 1)
+        return range(max(0, cutoff - self.size + 1), cutoff + 1)
+
+    @property
+    def name(self) -> str:
+        return f"sliding-{self.size}" if self.kind == "sliding" else self.kind
+
+
+def parse_window(value: Any, where: str = "train.window") -> Window:
+    """``cumulative`` | ``single`` | ``{sliding: N}`` | ``sliding-N`` -> :class:`Window`."""
+    if isinstance(value, Window):
+        return value
+    if isinstance(value, Mapping) and set(value) == {"sliding"}:
+        size = value["sliding"]
+    elif isinstance(value, str) and value in ("cumulative", "single"):
+        return Window(value)
+    elif isinstance(value, str) and value.startswith("sliding"):
+        size = value.removeprefix("sliding").lstrip(":- ")
+    else:
+        raise ConfigError(f"params.yaml: {where} must be cumulative, single or {{sliding: N}}, got {value!r}")
+    try:
+        size = int(size)
+    except (TypeError, ValueError):
+        raise ConfigError(f"params.yaml: {where}: sliding needs a whole number of periods, got {size!r}") from None
+    if size < 1:
+        raise ConfigError(f"params.yaml: {where}: sliding window must be >= 1 period, got {size}")
+    return Window("sliding", size)

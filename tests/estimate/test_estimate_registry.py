@@ -111,7 +111,7 @@ def test_a_version_of_another_key_or_other_weights_is_never_used(trained, monkey
     from mlflow.tracking import MlflowClient
 
     from driftmatrix.tracking.runs import configure, registered_name
-    from driftmatrix.learn.train import planned_unit
+    from driftmatrix.units.plan import planned_unit
 
     params, paths, tmp = trained
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)

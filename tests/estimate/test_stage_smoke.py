@@ -88,7 +88,7 @@ def test_score_docs_and_matrices_carry_each_units_training_seconds(finished):
     """The evaluate stage copies each unit record's measured seconds into its score doc, and the
     matrices stage lays them out per (seed, cutoff): the cost side of a retraining policy."""
     from driftmatrix.units.store import CheckpointStore
-    from driftmatrix.learn.score import ScoreStore
+    from driftmatrix.units.store import ScoreStore
 
     params, paths, tmp = finished
     store, ckpts = ScoreStore(paths.scores, "MLP-S"), CheckpointStore(paths.checkpoints, "MLP-S")

@@ -33,8 +33,10 @@ def trained(tmp_path_factory):
     from driftmatrix.data import slicing
     from driftmatrix.data import synthetic
     from driftmatrix.stages import ingest
-    from driftmatrix.learn.score import sync
-    from driftmatrix.learn.train import CheckpointStore, Experiment, train_units
+    from driftmatrix.stages.evaluate import sync
+    from driftmatrix.stages.train import train_units
+    from driftmatrix.units.store import CheckpointStore
+    from driftmatrix.units.experiment import Experiment
 
     tmp = tmp_path_factory.mktemp("explain")
     torch.set_num_threads(2)

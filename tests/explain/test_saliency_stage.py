@@ -118,8 +118,10 @@ def test_stage_runs_a_frozen_encoder_head_from_pixels(tmp_path):
     from driftmatrix.config import parse_params
     from driftmatrix.data import synthetic
     from driftmatrix.stages import ingest
-    from driftmatrix.features import cache
-    from driftmatrix.learn.train import CheckpointStore, Experiment, train_units
+    from driftmatrix.stages import embed as embed_stage
+    from driftmatrix.stages.train import train_units
+    from driftmatrix.units.store import CheckpointStore
+    from driftmatrix.units.experiment import Experiment
 
     params = parse_params({
         "dataset": {"name": "frozen", "path": str(tmp_path / "raw")},
@@ -128,7 +130,7 @@ def test_stage_runs_a_frozen_encoder_head_from_pixels(tmp_path):
     synthetic.write_dataset(params.synthetic, tmp_path / "raw")
     ingest.run(params, tmp_path / "ingested")
     slicing.run(params, tmp_path / "ingested", tmp_path / "slices")
-    cache.run(params, tmp_path / "slices", tmp_path / "features")
+    embed_stage.run(params, tmp_path / "slices", tmp_path / "features")
     exp = Experiment(params, "EffNet-L0", tmp_path / "slices", tmp_path / "features")
     train_units(exp, CheckpointStore(tmp_path / "checkpoints", "EffNet-L0"), [exp.plan.unit(0, 1)])
 

@@ -12,9 +12,10 @@ from textfixtures import TOY, CountingEncoder
 
 from driftmatrix.data.table import DataError
 from driftmatrix.features import cache, encoders
+from driftmatrix.stages import embed as embed_stage
 from driftmatrix.features.cache import EmbedConfig, cache_key, load_cached_inputs
 from driftmatrix.data.slicing import load_slices
-from driftmatrix.learn.train import Experiment
+from driftmatrix.units.experiment import Experiment
 
 
 def n_rows(slices) -> int:
@@ -30,8 +31,8 @@ def test_encoder_runs_once_per_document_across_models_cutoffs_and_seeds(review_s
     models = {"FFN-S": {}, "TX-S": {}, "TextCNN-S": {}, "BiGRU-S": {}}
     params = replace(params, models=models, train=replace(params.train, seeds=(0, 1)))
     features = tmp_path / "features"
-    cache.run(params, slices, features)
-    cache.run(params, slices, features)  # a second embed run finds the cache complete
+    embed_stage.run(params, slices, features)
+    embed_stage.run(params, slices, features)  # a second embed run finds the cache complete
     assert len(counting_encoder) == 1 and counting_encoder[0].docs == n_rows(slices)
     for model in models:
         exp = Experiment(params, model, slices, features)
@@ -44,10 +45,10 @@ def test_encoder_runs_once_per_document_across_models_cutoffs_and_seeds(review_s
 def test_changed_max_length_or_encoder_or_data_gives_a_new_cache(review_slices, counting_encoder, tmp_path):
     params, slices = review_slices
     features = tmp_path / "features"
-    cache.run(params, slices, features)
-    cache.run(with_embed(params, max_length=8), slices, features)
-    cache.run(with_embed(params, token_encoder="other-encoder"), slices, features)
-    cache.run(with_embed(params, sources={TOY: "/elsewhere/weights"}), slices, features)
+    embed_stage.run(params, slices, features)
+    embed_stage.run(with_embed(params, max_length=8), slices, features)
+    embed_stage.run(with_embed(params, token_encoder="other-encoder"), slices, features)
+    embed_stage.run(with_embed(params, sources={TOY: "/elsewhere/weights"}), slices, features)
     assert [e.docs for e in counting_encoder] == [n_rows(slices)] * 4
     index = json.loads((features / "index.json").read_text())
     assert len(index) == 4 and {v["max_len"] for v in index.values()} == {8, 16}
@@ -65,7 +66,7 @@ def test_interrupted_caching_resumes_at_the_first_missing_shard(review_slices, m
     first = CountingEncoder(fail_after=2 * cfg.shard_size)
     monkeypatch.setattr(encoders, "load", lambda *a, **k: first)
     with pytest.raises(KeyboardInterrupt):
-        cache.run(params, slices, features)
+        embed_stage.run(params, slices, features)
     (folder,) = features.iterdir()
     assert sorted(p.name for p in folder.glob("states-*.npy")) == ["states-00000.npy", "states-00001.npy"]
     assert not json.loads((folder / "manifest.json").read_text())["complete"]
@@ -73,11 +74,11 @@ def test_interrupted_caching_resumes_at_the_first_missing_shard(review_slices, m
         load_cached_inputs("token_states", slices, features, "RoBERTa", params.extra["embed"])
     second = CountingEncoder()
     monkeypatch.setattr(encoders, "load", lambda *a, **k: second)
-    cache.run(params, slices, features)
+    embed_stage.run(params, slices, features)
     assert second.docs == n_rows(slices) - 2 * cfg.shard_size
     fresh = CountingEncoder()
     monkeypatch.setattr(encoders, "load", lambda *a, **k: fresh)
-    cache.run(params, slices, tmp_path / "fresh")
+    embed_stage.run(params, slices, tmp_path / "fresh")
     resumed = load_cached_inputs("token_states", slices, features, "RoBERTa", params.extra["embed"])
     whole = load_cached_inputs("token_states", slices, tmp_path / "fresh", "RoBERTa", params.extra["embed"])
     idx = torch.arange(len(whole))
@@ -88,7 +89,7 @@ def test_interrupted_caching_resumes_at_the_first_missing_shard(review_slices, m
 def test_reads_match_the_encoder_output(review_slices, counting_encoder, tmp_path):
     params, slices = review_slices
     features = tmp_path / "features"
-    cache.run(params, slices, features)
+    embed_stage.run(params, slices, features)
     rows = load_slices(slices)[0]
     states = load_cached_inputs("token_states", slices, features, "RoBERTa", params.extra["embed"])
     pooled = load_cached_inputs("pooled", slices, features, TOY, params.extra["embed"])
@@ -117,12 +118,12 @@ def test_pooled_only_cache_is_upgraded_when_token_states_are_needed(review_slice
     items = load_slices(slices)[0]["text"].to_numpy()
     version = json.loads((slices / "manifest.json").read_text())["data_version"]
     out = features / cache_key(TOY, cfg, version)
-    cache.build_cache(TOY, items, out, cfg, False, version)
+    embed_stage.build_cache(TOY, items, out, cfg, False, version)
     assert not any(out.glob("states-*")) and counting_encoder[-1].docs == len(items)
     with pytest.raises(DataError, match="pooled features only"):
         load_cached_inputs("token_states", slices, features, "RoBERTa", params.extra["embed"])
     load_cached_inputs("pooled", slices, features, TOY, params.extra["embed"])
-    cache.build_cache(TOY, items, out, cfg, True, version)
+    embed_stage.build_cache(TOY, items, out, cfg, True, version)
     assert json.loads((out / "manifest.json").read_text())["has_states"]
     load_cached_inputs("token_states", slices, features, "RoBERTa", params.extra["embed"])
 
@@ -135,7 +136,7 @@ def test_missing_cache_names_the_embed_command(review_slices, tmp_path):
 
 def test_image_only_models_leave_an_empty_index(review_slices, counting_encoder, tmp_path):
     params, slices = review_slices
-    assert cache.run(replace(params, models={"MLP-S": {}}), slices, tmp_path / "features") == []
+    assert embed_stage.run(replace(params, models={"MLP-S": {}}), slices, tmp_path / "features") == []
     assert json.loads((tmp_path / "features" / "index.json").read_text()) == {} and not counting_encoder
 
 
@@ -151,14 +152,15 @@ def test_embed_section_is_checked():
 def test_ray_executor_writes_the_same_shards_as_local(review_slices, tmp_path, ray_cluster):
     from textfixtures import load_counting
 
-    from driftmatrix.runtime.executor import RayExecutor, RuntimeConfig
+    from driftmatrix.runtime.executor import RayExecutor
+    from driftmatrix.config import RuntimeConfig
 
     params, slices = review_slices
     cfg = cache.embed_config(params.extra["embed"])
     items = load_slices(slices)[0]["text"].to_numpy()
     version = json.loads((slices / "manifest.json").read_text())["data_version"]
-    local = cache.build_cache(TOY, items, tmp_path / "local", cfg, True, version, load=load_counting)
-    ray = cache.build_cache(TOY, items, tmp_path / "ray", cfg, True, version, load=load_counting,
+    local = embed_stage.build_cache(TOY, items, tmp_path / "local", cfg, True, version, load=load_counting)
+    ray = embed_stage.build_cache(TOY, items, tmp_path / "ray", cfg, True, version, load=load_counting,
                             executor=RayExecutor(RuntimeConfig(executor="ray"), progress=False))
     assert local == ray and local["complete"] and local["n_shards"] >= 3  # several shards, in any order
     files = sorted(p.name for p in (tmp_path / "local").iterdir())
@@ -174,8 +176,8 @@ def test_embed_sources_are_keyed_by_their_contents(tmp_path):
     import os
 
     from driftmatrix.config import parse_params
-    from driftmatrix.units.provenance import Environment
-    from driftmatrix.learn.train import model_plan
+    from driftmatrix.units.environment import Environment
+    from driftmatrix.units.plan import model_plan
 
     folder, weights = tmp_path / "minilm", tmp_path / "effnet.safetensors"
     folder.mkdir()

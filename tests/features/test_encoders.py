@@ -12,6 +12,7 @@ import torch
 
 from driftmatrix.analysis.families import PAPER_FAMILIES
 from driftmatrix.features import cache, encoders
+from driftmatrix.stages import embed as embed_stage
 
 PAPER_VISION = {n for n, f in PAPER_FAMILIES.items() if f == "Transfer"}
 PAPER_TEXT = {n for n, f in PAPER_FAMILIES.items() if f == "Frozen"}
@@ -84,14 +85,14 @@ def test_image_heads_train_on_cached_pooled_features(tmp_path, tiny_params):
     from driftmatrix.data import slicing
     from driftmatrix.data import synthetic
     from driftmatrix.stages import ingest
-    from driftmatrix.learn.train import Experiment
+    from driftmatrix.units.experiment import Experiment
 
     params = tiny_params(tmp_path, synthetic={"per_year": 16, "years": 3}, slicing={"min_samples": 5},
                          models={"EffNet-L0": {}, "MLP-S": {}})
     synthetic.write_dataset(params.synthetic, params.dataset.path)
     ingest.run(params, tmp_path / "ingested")
     slicing.run(params, tmp_path / "ingested", tmp_path / "slices")
-    (made,) = cache.run(params, tmp_path / "slices", tmp_path / "features")  # MLP-S reads pixels: no cache
+    (made,) = embed_stage.run(params, tmp_path / "slices", tmp_path / "features")  # MLP-S reads pixels: no cache
     assert made["encoder"] == "EffNet-L0" and made["dim"] == 1280 and not made["has_states"]
     assert Path(made["path"]).name.startswith("EffNet-L0-224px-")
     exp = Experiment(params, "EffNet-L0", tmp_path / "slices", tmp_path / "features")

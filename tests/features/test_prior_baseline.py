@@ -20,7 +20,8 @@ import yaml
 from driftmatrix.config import parse_params
 from driftmatrix.models.heads import init_output_bias
 from driftmatrix.learn.tasks import cell_score, make_loss
-from driftmatrix.learn.train import Experiment, cutoff_train_rows, fit, predict
+from driftmatrix.units.experiment import Experiment
+from driftmatrix.learn.fit import cutoff_train_rows, fit, predict
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,6 +48,7 @@ def reviews(tmp_path_factory):
     from driftmatrix.data import synthetic_text
     from driftmatrix.stages import ingest
     from driftmatrix.features import cache, encoders
+    from driftmatrix.stages import embed as embed_stage
 
     root = tmp_path_factory.mktemp("prior")
     raw = yaml.safe_load((REPO / "presets" / "text-reviews.yaml").read_text())
@@ -60,7 +62,7 @@ def reviews(tmp_path_factory):
     slicing.run(params, root / "ingested", root / "slices")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(encoders, "load", lambda name, sources=None, device=None: HashedBagOfWords())
-        cache.run(params, root / "slices", root / "features")
+        embed_stage.run(params, root / "slices", root / "features")
     return params, root / "slices", root / "features"
 
 

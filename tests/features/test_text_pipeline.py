@@ -12,13 +12,14 @@ from typer.testing import CliRunner
 
 from driftmatrix.learn import tasks
 from driftmatrix.cli import app
-from driftmatrix.features import cache
-from driftmatrix.learn.train import Experiment, cutoff_train_rows
+from driftmatrix.stages import embed as embed_stage
+from driftmatrix.units.experiment import Experiment
+from driftmatrix.learn.fit import cutoff_train_rows
 
 
 def test_loss_weights_come_from_the_cutoffs_training_rows_only(review_slices, counting_encoder, tmp_path, monkeypatch):
     params, slices = review_slices
-    cache.run(params, slices, tmp_path)
+    embed_stage.run(params, slices, tmp_path)
     exp = Experiment(params, "FFN-S", slices, tmp_path)
     seen = []
     real = tasks.make_loss

@@ -7,14 +7,14 @@ import sys
 import pytest
 
 from driftmatrix.models.catalog import IMAGE_SHAPES, TEXT_SHAPES, Builder
-from driftmatrix.models.registry import REGISTRY
+from driftmatrix.models.catalog import REGISTRY
 
 
 def test_identity_stages_never_import_torch():
     code = ("import sys\n"
-            "from driftmatrix.models.registry import REGISTRY\n"
+            "from driftmatrix.models.catalog import REGISTRY\n"
             "specs = [(s.family, s.inputs, s.description, dict(s.train_defaults)) for s in REGISTRY.values()]\n"
-            "from driftmatrix import matrices, status, training\n"
+            "from driftmatrix.stages import matrices, train\nfrom driftmatrix.units import status, experiment\n"
             "assert len(specs) > 30, specs\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -32,7 +32,7 @@ def test_catalogue_tables_are_all_registered_and_builders_pickle():
 
 def test_an_unknown_model_name_is_a_config_error_listing_the_known_ones():
     from driftmatrix.config import ConfigError
-    from driftmatrix.models.registry import get
+    from driftmatrix.models.catalog import get
 
     with pytest.raises(ConfigError, match=r"^unknown model 'CNN-XL'; known: .*\bCNN-S, .*\bViT-S\b"):
         get("CNN-XL")

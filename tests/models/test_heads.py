@@ -13,9 +13,9 @@ from driftmatrix.config import TrainConfig
 from driftmatrix.features.inputs import PixelInputs, RowCountInputs
 from driftmatrix.models.catalog import IMAGE_SHAPES, TEXT_SHAPES
 from driftmatrix.models.heads import Prior, init_output_bias, output_bias, prior_bias
-from driftmatrix.models.registry import REGISTRY, get, is_baseline
+from driftmatrix.models.catalog import REGISTRY, get, is_baseline
 from driftmatrix.learn.tasks import make_loss
-from driftmatrix.learn.train import fit, predict
+from driftmatrix.learn.fit import fit, predict
 
 DIM, MAX_LEN, B = 16, 8, 3
 RNG = np.random.default_rng(0)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from driftmatrix.models.registry import REGISTRY, family_of
+from driftmatrix.models.catalog import REGISTRY, family_of
 
 # Authors' roster (protocol section 9), 2 outputs.
 PUBLISHED = {"ViT-S": 75e3, "CNN-S": 94e3, "ResNet-S": 98e3, "MLP-S": 98e3, "ResNet-M": 400e3,
@@ -24,8 +24,11 @@ def test_image_models_match_published_size_and_train(name):
 
 
 def test_unknown_model_names_the_known_ones():
-    with pytest.raises(KeyError, match="CNN-S"):
-        REGISTRY["CNN-XL"]
+    from driftmatrix.errors import ConfigError
+    from driftmatrix.models.catalog import get
+
+    with pytest.raises(ConfigError, match="CNN-S"):
+        get("CNN-XL")
 
 
 def test_cnn_pools_before_its_relu_with_the_same_outputs_and_gradients_bit_for_bit():
@@ -108,9 +111,9 @@ def test_a_model_revision_rekeys_only_that_models_units(monkeypatch):
     import dataclasses
 
     from driftmatrix.config import parse_params
-    from driftmatrix.models import registry
-    from driftmatrix.units.provenance import Environment
-    from driftmatrix.learn.train import model_plan
+    from driftmatrix.models import catalog as registry
+    from driftmatrix.units.environment import Environment
+    from driftmatrix.units.plan import model_plan
 
     env = Environment("fp32", "cpu", 1)
     params = parse_params({"dataset": {"name": "toy"}, "models": {"ViT-S": {}, "CNN-S": {}}})
@@ -118,9 +121,9 @@ def test_a_model_revision_rekeys_only_that_models_units(monkeypatch):
                 "slices": [{"index": 0, "label": "2000", "hash": "h0"}, {"index": 1, "label": "2001", "hash": "h1"}]}
     assert REGISTRY["ViT-S"].revision == 1 and REGISTRY["CNN-S"].revision == 0
     before = {m: [u.key for u in model_plan(params, m, manifest, env).units] for m in ("ViT-S", "CNN-S")}
-    specs = dict(registry.REGISTRY._all())
-    monkeypatch.setitem(registry.REGISTRY._specs, "ViT-S", dataclasses.replace(specs["ViT-S"], revision=0))
-    monkeypatch.setitem(registry.REGISTRY._specs, "CNN-S", dataclasses.replace(specs["CNN-S"], revision=0))
+    specs = dict(registry.REGISTRY)
+    monkeypatch.setitem(registry.REGISTRY, "ViT-S", dataclasses.replace(specs["ViT-S"], revision=0))
+    monkeypatch.setitem(registry.REGISTRY, "CNN-S", dataclasses.replace(specs["CNN-S"], revision=0))
     after = {m: [u.key for u in model_plan(params, m, manifest, env).units] for m in ("ViT-S", "CNN-S")}
     assert len(before["ViT-S"]) == 4 and not set(before["ViT-S"]) & set(after["ViT-S"])
     assert before["CNN-S"] == after["CNN-S"]

@@ -9,7 +9,7 @@ from driftmatrix.analysis.families import PAPER_FAMILIES
 from driftmatrix.features.encoders import CATALOGUE
 from driftmatrix.models import text
 from driftmatrix.models.catalog import TEXT_SHAPES
-from driftmatrix.models.registry import REGISTRY
+from driftmatrix.models.catalog import REGISTRY
 
 BODIES = sorted(TEXT_SHAPES)
 HEADS = sorted(CATALOGUE)

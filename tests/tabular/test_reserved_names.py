@@ -9,9 +9,9 @@ import json
 import numpy as np
 import pandas as pd
 
-from driftmatrix.learn import score as evaluation
+from driftmatrix.stages import evaluate as evaluation
 from driftmatrix.stages import matrices
-from driftmatrix.learn import train as training
+from driftmatrix.stages import train as train_stage
 from driftmatrix.audit import gate
 from testkit.pipeline import Paths, prepare
 
@@ -48,7 +48,7 @@ def test_a_table_whose_features_are_named_like_internal_columns_runs_end_to_end(
         str(y): 60 for y in range(2015, 2019)}  # 20150601-style dates land in their year
     gate.run(params, paths.slices, paths.validation, echo=lambda _: None)
     for model in models:
-        training.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
+        train_stage.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
                      features_dir=paths.features)
         evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores, features_dir=paths.features)
     matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)

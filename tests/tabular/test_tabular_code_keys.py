@@ -18,7 +18,7 @@ def test_a_project_estimator_the_train_stage_does_not_depend_on_stops_it(sliced,
     """DVC would skip train@MyEst when its module changes: one line, before any unit trains."""
     from pathlib import Path
 
-    from driftmatrix.learn import train as training
+    from driftmatrix.stages import train as train_stage
     from driftmatrix.config import ConfigError
     from test_code_keys import forget
 
@@ -35,6 +35,6 @@ def test_a_project_estimator_the_train_stage_does_not_depend_on_stops_it(sliced,
     params = table_params(tmp_path, models={"MyEst": {"estimator": "mylib.est.MyEst"}})
     with pytest.raises(ConfigError, match=r"models.MyEst.estimator: its code in mylib/est.py is no dependency of "
                                           r"dvc.yaml's train stage.*src/custom_models/"):
-        training.run(params, "MyEst", paths.slices, tmp_path / "ckpt", paths.validation, paths.features)
+        train_stage.run(params, "MyEst", paths.slices, tmp_path / "ckpt", paths.validation, paths.features)
     assert not (tmp_path / "ckpt").exists()
     forget()

@@ -49,13 +49,13 @@ def test_an_estimator_without_the_method_its_task_needs_stops_at_parse_time(tmp_
 def test_the_train_command_refuses_before_training_with_one_line(tmp_path, monkeypatch, capsys):
     """`driftmatrix train` (what `dvc repro` runs) stops in load_params: exit 2, one line, no unit."""
     from driftmatrix import cli
-    from driftmatrix.learn import train as training
+    from driftmatrix.stages import train as train_stage
 
     raw = {"dataset": {"name": "t", "source": "table", "path": str(tmp_path / "raw"), "task": "multilabel",
                        "options": {"timestamp": "year", "label": "tags", "features": "auto"}},
            "models": {"LogReg": {}}}
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(raw))
-    monkeypatch.setattr(training, "run", lambda *a, **k: pytest.fail("a unit was about to train"))
+    monkeypatch.setattr(train_stage, "run", lambda *a, **k: pytest.fail("a unit was about to train"))
     monkeypatch.setattr(sys, "argv", ["driftmatrix", "train", "-m", "LogReg", "-p", str(tmp_path / "params.yaml")])
     with pytest.raises(SystemExit) as exit_:
         cli.main()
@@ -65,14 +65,13 @@ def test_the_train_command_refuses_before_training_with_one_line(tmp_path, monke
 
 
 def test_library_fits_log_their_iterations_not_epochs(sliced, caplog):
-    from driftmatrix.learn import train as training
-
+    from driftmatrix.stages import train as train_stage
     params, paths = sliced
     caplog.set_level("INFO")
     lines = {}
     for model in ("LogReg", "HistGBT", "LightGBM", "Prior"):
         caplog.clear()
-        training.run(params, model, paths.slices, paths.checkpoints / model, validation_dir=paths.validation,
+        train_stage.run(params, model, paths.slices, paths.checkpoints / model, validation_dir=paths.validation,
                      features_dir=paths.features)
         lines[model] = [m for m in caplog.messages if m.startswith(f"{model} seed 0 cutoff")]
     assert all(len(v) == 5 for v in lines.values()) and not any("nan" in m for v in lines.values() for m in v)
@@ -104,9 +103,9 @@ def test_mlp_tab_is_the_tabular_multilabel_model_and_trains(tmp_path):
 
     import pandas as pd
 
-    from driftmatrix.learn import score as evaluation
+    from driftmatrix.stages import evaluate as evaluation
     from driftmatrix.stages import matrices
-    from driftmatrix.learn import train as training
+    from driftmatrix.stages import train as train_stage
     from testkit.pipeline import Paths, prepare
 
     rng = np.random.default_rng(0)
@@ -119,7 +118,7 @@ def test_mlp_tab_is_the_tabular_multilabel_model_and_trains(tmp_path):
         "task": "multilabel", "options": {"timestamp": "year", "label": "tags", "features": "auto"}})
     paths = Paths(tmp_path / "out")
     prepare(params, paths)
-    training.run(params, "MLP-Tab", paths.slices, paths.checkpoints, validation_dir=paths.validation,
+    train_stage.run(params, "MLP-Tab", paths.slices, paths.checkpoints, validation_dir=paths.validation,
                  features_dir=paths.features)
     evaluation.run(params, "MLP-Tab", paths.slices, paths.checkpoints, paths.scores, features_dir=paths.features)
     matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)

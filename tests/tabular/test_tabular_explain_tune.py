@@ -6,14 +6,14 @@ import json
 
 import numpy as np
 
-from driftmatrix.learn import train as training
+from driftmatrix.stages import train as train_stage
 from driftmatrix.explain import importance
 
 
 def test_importance_per_cutoff_on_held_out_rows(sliced, tmp_path):
     params, paths = sliced
     for model in ("HistGBT", "LogReg"):
-        training.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
+        train_stage.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
                      features_dir=paths.features)
     out = importance.run(params, paths.slices, paths.checkpoints, tmp_path / "imp", paths.features)
     assert set(out) == {"HistGBT", "LogReg", "LightGBM", "MLP-Tab"}  # every tabular model of params.yaml
@@ -41,7 +41,7 @@ def test_held_out_rows_are_the_windows_test_splits():
 
 def test_tuning_objective_fits_tabular_models_on_the_inner_train_rows_only(sliced, tmp_path):
     from driftmatrix.stages import tune
-    from driftmatrix.learn.train import Experiment
+    from driftmatrix.units.experiment import Experiment
 
     from test_tabular_models import _poison_future
 

@@ -12,12 +12,14 @@ import pandas as pd
 import pytest
 import torch
 
-from driftmatrix.units.store import CheckpointStore, load_model_folder
+from driftmatrix.units.store import CheckpointStore
+from driftmatrix.models.catalog import load_model_folder
 from driftmatrix.config import ConfigError
 from driftmatrix.data.table import feature_column
 from driftmatrix.features.table import TableInputs, category_hash
 from driftmatrix.models import tabular
-from driftmatrix.learn.train import Experiment, predict
+from driftmatrix.units.experiment import Experiment
+from driftmatrix.learn.fit import predict
 
 from conftest import TABULAR, make_table_params
 
@@ -165,11 +167,11 @@ def test_an_estimator_named_by_import_path(tmp_path, table_params, monkeypatch):
     other = table_params(tmp_path, models={"MyGBT": {**CUSTOM["MyGBT"], "params": {"max_depth": 3}}},
                          train={"seeds": [3]})
     assert _experiment(other, paths, "MyGBT").plan.units[0].key != keys
-    from driftmatrix.models import custom
+    from driftmatrix.units import environment, plan
 
-    assert custom.library_versions("Custom", CUSTOM["MyGBT"])["scikit-learn"]
-    real = custom.library_versions
-    monkeypatch.setattr(custom, "library_versions", lambda kind, opts: {**real(kind, opts), "scikit-learn": "0.1"})
+    assert environment.model_libraries("Custom", CUSTOM["MyGBT"])["scikit-learn"]
+    real = environment.model_libraries
+    monkeypatch.setattr(plan, "model_libraries", lambda kind, opts: {**real(kind, opts), "scikit-learn": "0.1"})
     assert _experiment(params, paths, "MyGBT").plan.units[0].key != keys
 
 
@@ -189,14 +191,14 @@ def test_an_estimator_trusts_only_what_params_yaml_lists(sliced, tmp_path, table
     ({"estimator": "json.JSONDecoder"}, "not a scikit-learn-compatible"),
 ])
 def test_bad_estimator_entries_are_one_line_errors(tmp_path, entry, match):
-    from driftmatrix.learn.train import effective_config
+    from driftmatrix.config import effective_config
 
     with pytest.raises(ConfigError, match=match):
         effective_config(make_table_params(tmp_path, models={"Mine": entry}), "Mine")
 
 
 def test_estimator_options_on_catalog_and_torch_models_are_refused(tmp_path):
-    from driftmatrix.learn.train import effective_config
+    from driftmatrix.config import effective_config
 
     with pytest.raises(ConfigError, match="catalog model"):
         effective_config(make_table_params(tmp_path, models={"HistGBT": {"estimator": "sklearn.svm.SVC"}}), "HistGBT")

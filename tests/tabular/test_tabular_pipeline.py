@@ -7,9 +7,12 @@ import json
 import pandas as pd
 from mlflow.tracking import MlflowClient
 
-from driftmatrix.learn import score as evaluation
+from driftmatrix.stages import evaluate as evaluation
 from driftmatrix.stages import matrices
-from driftmatrix.learn import train as training
+from driftmatrix.learn import fit as fit_loop
+from driftmatrix.stages import train as train_stage
+from driftmatrix.units import experiment
+from driftmatrix.units import plan
 from testkit.pipeline import Paths, prepare
 
 from conftest import make_table_params
@@ -26,7 +29,7 @@ def _stage(tmp_path, years, caplog):
     trained, scored = {}, {}
     for model in params.models:
         caplog.clear()
-        trained[model] = training.run(params, model, paths.slices, paths.checkpoints,
+        trained[model] = train_stage.run(params, model, paths.slices, paths.checkpoints,
                                       validation_dir=paths.validation, features_dir=paths.features)
         evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores, features_dir=paths.features)
         scored[model] = next(m for m in caplog.messages if "cells in the plan" in m)
@@ -96,10 +99,10 @@ def test_registered_tabular_versions_are_pyfunc_models_predicting_the_pipelines_
     for model in ("LogReg", "LightGBM"):
         pyfunc = mlflow.pyfunc.load_model(f"models:/tinytab.{model}@cutoff-2002")
         got = pyfunc.predict(frame)
-        exp = training.Experiment(params, model, paths.slices, paths.features)
+        exp = experiment.Experiment(params, model, paths.slices, paths.features)
         assert list(got.columns) == serving.output_columns(exp.meta) and len(got.columns) == 2
         net = exp.load_unit(checkpoints.CheckpointStore(paths.checkpoints, model), exp.plan.unit(0, 2).key)
-        expected = serving.outputs_to_scores(training.predict(net, exp.inputs, rows=rows), exp.meta.task)
+        expected = serving.outputs_to_scores(fit_loop.predict(net, exp.inputs, rows=rows), exp.meta.task)
         np.testing.assert_allclose(got.to_numpy(), expected, rtol=0, atol=1e-9)
         np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-9)
         sig = pyfunc.metadata.signature.inputs.to_dict()
@@ -119,5 +122,5 @@ def test_registered_tabular_versions_are_pyfunc_models_predicting_the_pipelines_
         assert (folder / "MLmodel").is_file() and (folder / "artifacts" / "model.safetensors").is_file()
         assert [str(p.relative_to(folder)) for p in files if _is_pickle(p.read_bytes())] == []
         assert serving.verify(folder)["inputs"] == "table"
-    unit = training.planned_unit(params, "LightGBM", "2002", 0, paths.slices, paths.checkpoints)
+    unit = plan.planned_unit(params, "LightGBM", "2002", 0, paths.slices, paths.checkpoints)
     assert tracking.load_registered(unit).kind == "LightGBM"

@@ -20,7 +20,8 @@ import yaml
 from driftmatrix.tracking import pyfunc as serving
 from driftmatrix.config import to_raw
 from driftmatrix.data.table import DatasetMeta
-from driftmatrix.learn.score import ScoreStore, eval_mask
+from driftmatrix.learn.score import eval_mask
+from driftmatrix.units.store import ScoreStore
 from testkit.pipeline import Paths, run_all
 from driftmatrix.learn.tasks import cell_score
 
@@ -108,7 +109,8 @@ def test_raw_rows_through_the_registered_model_are_the_evaluate_stages_numbers(f
 
 
 def _unit_key(params, paths, model: str) -> str:
-    from driftmatrix.learn.train import ExperimentInfo, recorded_environment
+    from driftmatrix.units.environment import recorded_environment
+    from driftmatrix.units.experiment import ExperimentInfo
 
     env = recorded_environment(params, model, paths.checkpoints)
     return ExperimentInfo(params, model, paths.slices, env).plan.unit(SEED, CUTOFF).key
@@ -167,7 +169,7 @@ def test_the_loader_decides_what_skops_may_build_never_model_json(flags, tmp_pat
     by serving.load (before MLflow runs anything) and by the pyfunc loader itself."""
     from safetensors.torch import load_file, save_file
 
-    from driftmatrix.models import custom, tabular
+    from driftmatrix.models import spec as custom, tabular
 
     monkeypatch.chdir(tmp_path)  # no params.yaml here: what this process parsed is the project
     name = "flags.LogReg@cutoff-2002"

@@ -58,14 +58,14 @@ def prepare(params: Params, paths: Paths, generate: bool = False) -> None:
 
 def train_and_evaluate(params: Params, paths: Paths, models: list[str] | None = None) -> None:
     """Embed what frozen encoders the models need (once per document), then train and score."""
-    from driftmatrix.learn import score as evaluation
-    from driftmatrix.learn import train as training
-    from driftmatrix.features import cache
+    from driftmatrix.stages import evaluate as evaluation
+    from driftmatrix.stages import train as train_stage
 
+    from driftmatrix.stages import embed as embed_stage
     models = models or list(params.models)
-    cache.run(params, paths.slices, paths.features, models)
+    embed_stage.run(params, paths.slices, paths.features, models)
     for model in models:
-        training.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
+        train_stage.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
                      features_dir=paths.features)
         evaluation.run(params, model, paths.slices, paths.checkpoints, paths.scores, features_dir=paths.features)
 

@@ -25,7 +25,7 @@ def family_of(model: str, declared: str | None = None) -> str | None:
     if declared:
         return declared
     try:
-        from driftmatrix.models.registry import family_of as registry_family
+        from driftmatrix.models.catalog import family_of as registry_family
 
         found = registry_family(model)
         if found:

@@ -324,7 +324,7 @@ def recommend(runs: Mapping[str, Sequence[Run]], families: Mapping[str, str | No
     """The (model, deployable policy) with the highest served score - cost * retrains (within the
     budget), never a baseline (family Baseline): when no learning model beats the best baseline
     by more than twice the standard error of the difference over seeds, say so and pick none."""
-    from driftmatrix.models.registry import BASELINE_FAMILY
+    from driftmatrix.models.catalog import BASELINE_FAMILY
 
     sign = 1.0 if higher_is_better else -1.0
     best: dict[str, Run] = {}

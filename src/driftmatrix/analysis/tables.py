@@ -84,7 +84,7 @@ class Cohort:
     @cached_property
     def learned_means(self) -> dict[str, np.ndarray]:
         """Means of the models that learn: no-learning baselines (Prior) stay out of the cohort."""
-        from driftmatrix.models.registry import BASELINE_FAMILY
+        from driftmatrix.models.catalog import BASELINE_FAMILY
 
         learned = {m: M for m, M in self.means.items() if self.families[m] != BASELINE_FAMILY}
         return learned or self.means

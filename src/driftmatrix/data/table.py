@@ -25,6 +25,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from driftmatrix.errors import DataError
+
 if TYPE_CHECKING:  # pragma: no cover
     import numpy as np
     import pandas as pd
@@ -34,10 +36,6 @@ INPUT_KINDS = ("image", "text", "table")
 FEATURE_PREFIX = "feat:"
 BASE_COLUMNS = ("id", "timestamp", "period", "source")
 MAX_EXAMPLES = 5
-
-
-class DataError(ValueError):
-    """Bad input data; the message names the file, record and field."""
 
 
 def feature_column(name: str) -> str:

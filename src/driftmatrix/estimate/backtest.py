@@ -26,7 +26,7 @@ import numpy as np
 from driftmatrix.estimate.cells import CellStats, pooled
 from driftmatrix.estimate.domain import SliceInputs, WeightCache
 from driftmatrix.estimate.methods import CAP_SLACK, METHODS, SHIFT_ALPHA, Estimate, estimate_all, total_variation
-from driftmatrix.learn.tasks import METRICS as METRICS_BY_KEY
+from driftmatrix.config import METRICS as METRICS_BY_KEY
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ def permutation_importance(model, num: np.ndarray, cat: np.ndarray, targets: np.
 def model_importance(params: Params, model: str, slices_dir, checkpoints_dir, features_dir) -> dict[str, Any]:
     """Permutation importance of ``model`` at every cutoff whose first-seed unit is trained."""
     from driftmatrix.units.store import CheckpointStore
-    from driftmatrix.learn.train import Experiment, recorded_environment
+    from driftmatrix.units.environment import recorded_environment
+    from driftmatrix.units.experiment import Experiment
 
     exp = Experiment(params, model, slices_dir, features_dir,
                      recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True))
@@ -102,7 +103,7 @@ def run(params: Params, slices_dir="outputs/slices", checkpoints_dir="outputs/ch
         out_dir="outputs/importance", features_dir="outputs/features") -> dict[str, Any]:
     """Every tabular model's importance per cutoff: JSON, heatmaps and ``report.html``."""
     from driftmatrix.audit import figures, report
-    from driftmatrix.models.registry import get
+    from driftmatrix.models.catalog import get
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

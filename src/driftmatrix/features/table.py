@@ -6,7 +6,7 @@ value is missing) and ``cat`` (int64, B x categorical features), each category g
 in every dataset, period and process, so a model fitted on one window maps the categories of any
 other period itself (``models.tabular``): a category it never saw is recognised as such, however
 the rows of later periods come and go. Nothing here imports ``driftmatrix.data`` (this module is
-on the training path of the tabular models; see ``driftmatrix.units.provenance``).
+on the training path of the tabular models; see ``driftmatrix.units.code``).
 """
 
 from __future__ import annotations

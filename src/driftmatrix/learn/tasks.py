@@ -8,7 +8,6 @@ balanced MSE raw (lower is better). Binary and multiclass tasks may choose their
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -18,25 +17,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import torch
 
     from driftmatrix.data.table import DatasetMeta
-
-
-@dataclass(frozen=True)
-class MetricInfo:
-    key: str
-    name: str
-    unit: str
-    higher_is_better: bool
-
-
-METRICS = {
-    "accuracy": MetricInfo("accuracy", "Accuracy", "%", True),
-    "macro_auc": MetricInfo("macro_auc", "Macro AUC", "%", True),
-    "balanced_mse": MetricInfo("balanced_mse", "Balanced MSE", "", False),
-    "balanced_accuracy": MetricInfo("balanced_accuracy", "Balanced accuracy", "%", True),
-    "log_loss": MetricInfo("log_loss", "Log loss", "nats", False),
-}
-#: ``evaluation.metric`` of binary and multiclass tasks (the first: the default).
-CLASSIFICATION_METRICS = ("accuracy", "balanced_accuracy", "macro_auc", "log_loss")
 
 
 def targets_array(rows: "pd.DataFrame", meta: "DatasetMeta") -> np.ndarray:
@@ -98,16 +78,6 @@ def level_weights(train_targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     levels, counts = np.unique(np.round(np.asarray(train_targets, dtype=np.float64)).astype(np.int64),
                                return_counts=True)
     return levels, (len(train_targets) / counts).astype(np.float32)
-
-
-def metric_for(task: str, chosen: str = "accuracy") -> MetricInfo:
-    """The metric a task's cells are scored by: ``chosen`` (``evaluation.metric``) for binary and
-    multiclass tasks; multi-label and regression tasks have one each (macro AUC, balanced MSE)."""
-    own = {"multilabel": "macro_auc", "regression": "balanced_mse"}.get(task)
-    if own is None and chosen in CLASSIFICATION_METRICS or chosen in ("accuracy", own):
-        return METRICS[own or chosen]
-    raise ValueError(f"evaluation.metric: a {task} task is scored by {own or ', '.join(CLASSIFICATION_METRICS)}, "
-                     f"not {chosen}")
 
 
 def cell_score(task: str, outputs: np.ndarray, targets: np.ndarray,

@@ -1,19 +1,53 @@
-"""Every named model variant (the paper's names), registered without importing torch.
+"""Every named model variant (the paper's names), registered without importing torch, and the
+way back from a stored unit to its network (:func:`load_model_folder`).
 
-A spec's ``build`` is a :class:`Builder` naming the module and class that make the network; the
+A spec's ``build`` is a ``spec.Builder`` naming the module and class that make the network; the
 module (and torch) load only when a network is built. Stages that only need a model's identity
 (its family, inputs, description and training defaults, which key its units), such as
-``matrices`` and ``status``, never import torch.
+``matrices`` and ``status``, never import torch. Models that ``params.yaml`` names by their
+estimator's import path get their spec on first use (:func:`get`).
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass, field
+import json
+from pathlib import Path
 from typing import Any, Mapping
 
+from driftmatrix.errors import ConfigError
 from driftmatrix.features.encoders import CATALOGUE
-from driftmatrix.models.registry import BASELINE_FAMILY, REGISTRY, ModelSpec, register
+from driftmatrix.models.spec import (BASELINE_FAMILY, CUSTOM_FAMILY, DESCRIPTION, ESTIMATORS, INPUTS, RECORD,
+                                     TABULAR_FORMAT, WEIGHTS, Builder, ModelSpec)
+
+REGISTRY: dict[str, ModelSpec] = {}
+
+
+def register(spec: ModelSpec) -> ModelSpec:
+    if spec.inputs not in INPUTS:
+        raise ValueError(f"model {spec.name}: inputs {spec.inputs!r} not in {INPUTS}")
+    REGISTRY[spec.name] = spec
+    return spec
+
+
+def get(name: str) -> ModelSpec:
+    """The spec of a catalog model or of one ``params.yaml`` names by import path; for any other
+    name a ConfigError that lists the known ones."""
+    if name in REGISTRY:
+        return REGISTRY[name]
+    if name in ESTIMATORS:
+        return custom_spec(name)
+    raise ConfigError(f"unknown model {name!r}; known: {', '.join(sorted(REGISTRY))}")
+
+
+def family_of(name: str) -> str | None:
+    """Family of a known model, or None for names the catalog does not know."""
+    return REGISTRY[name].family if name in REGISTRY else CUSTOM_FAMILY if name in ESTIMATORS else None
+
+
+def is_baseline(name: str) -> bool:
+    """True for reference models such as ``Prior`` (shown beside the others, not averaged in)."""
+    return family_of(name) == BASELINE_FAMILY
+
 
 DEFAULT_ENCODER = "RoBERTa"  # the paper's token states; params `embed.token_encoder` overrides
 TEXT_DEFAULTS = {"optimizer": "adamw", "weight_decay": 0.01, "grad_clip": 1.0, "lr": 5e-4}
@@ -54,20 +88,6 @@ TEXT_SHAPES: dict[str, tuple[str, str, dict[str, Any]]] = {
     "TX-M": ("Transformer", "TextTransformer", {"width": 112, "heads": 4, "layers": 4, "ff": 224}),
     "TX-L": ("Transformer", "TextTransformer", {"width": 192, "heads": 6, "layers": 5, "ff": 512}),
 }
-
-
-@dataclass(frozen=True)
-class Builder:
-    """``build(num_outputs, info, dropout=None)`` -> ``<module>.build(cls, shape, ...)``, imported
-    on first call (picklable, so Ray workers receive specs as they are)."""
-
-    module: str
-    cls: str = ""
-    shape: Mapping[str, Any] = field(default_factory=dict)
-
-    def __call__(self, num_outputs: int, info: Mapping[str, Any] | None = None, dropout: float | None = None):
-        return importlib.import_module(self.module).build(self.cls, self.shape, num_outputs, info or {}, dropout)
-
 
 for _name, (_family, _cls, _shape) in IMAGE_SHAPES.items():
     register(ModelSpec(name=_name, family=_family, modality="image", inputs="pixels",
@@ -111,12 +131,9 @@ for _name, (_family, _kind, _defaults, _text) in TABULAR.items():
                        description=_text))
 
 
-def custom_spec(name: str, family: str) -> ModelSpec:
-    """A model named in params.yaml by its estimator's import path (``models.custom``): a tabular
-    model of kind ``Custom`` (registry.get builds it on demand)."""
-    from driftmatrix.models.custom import ESTIMATORS
-
-    return ModelSpec(name=name, family=family, modality="table", inputs="table",
+def custom_spec(name: str) -> ModelSpec:
+    """A model named in params.yaml by its estimator's import path: a tabular model of kind ``Custom``."""
+    return ModelSpec(name=name, family=CUSTOM_FAMILY, modality="table", inputs="table",
                      build=Builder("driftmatrix.models.tabular", "Custom"), train_defaults=TABULAR_DEFAULTS,
                      description=f"scikit-learn-compatible estimator {ESTIMATORS[name]['estimator']} on the unit's "
                                  "own preprocessing")
@@ -134,7 +151,7 @@ def model_problem(name: str, options: Mapping[str, Any], task: str, where: str) 
     on a model that takes none, a catalog name for an estimator, a task the model cannot do, an
     estimator that cannot be imported or built, is not scikit-learn-compatible or lacks the method
     its task scores with (e.g. ``predict_proba``)."""
-    spec = REGISTRY.get(name)
+    spec = REGISTRY.get(name) or (custom_spec(name) if name in ESTIMATORS else None)
     if spec is None:
         return None
     if spec.inputs != "table":
@@ -164,3 +181,30 @@ def model_problem(name: str, options: Mapping[str, Any], task: str, where: str) 
     if not callable(getattr(est, NEEDS[task], None)):
         return f"{where}.estimator: {path} has no {NEEDS[task]}(), which a {task} task scores with"
     return None
+
+
+def load_model_folder(folder: str | Path, device: str = "cpu"):
+    """Rebuild a stored unit from ``model.json`` and load ``model.safetensors`` (no pickle). A
+    tabular model's skops parts build only the types this project trusts for it
+    (``models.tabular.loading_trust``: never a list its own ``model.json`` asks for); a refusal
+    names the unit."""
+    from safetensors.torch import load_file
+
+    folder = Path(folder)
+    desc = json.loads((folder / DESCRIPTION).read_text())
+    if desc.get("format") == TABULAR_FORMAT:  # preprocessing + estimator; skops / LightGBM text inside
+        from driftmatrix.models import tabular
+
+        info = dict(desc.get("info") or {})
+        try:
+            model = tabular.TabularModel(str(info.get("kind") or ""), desc["num_outputs"], info, desc.get("dropout"))
+            return model.load_state_dict(load_file(str(folder / WEIGHTS), device="cpu"),
+                                         tabular.loading_trust(str(desc.get("model")), info)).eval()
+        except tabular.UntrustedModel as exc:
+            unit = json.loads((folder / RECORD).read_text()).get("unit") if (folder / RECORD).is_file() else None
+            where = f"{unit.get('model')} cutoff {unit.get('cutoff')} seed {unit.get('seed')}" if unit else str(folder)
+            raise tabular.UntrustedModel(f"{where}: {exc}") from None
+    kwargs = {"dropout": desc["dropout"]} if desc.get("dropout") is not None else {}
+    model = get(desc["model"]).build(desc["num_outputs"], desc.get("info") or {}, **kwargs)
+    model.load_state_dict(load_file(str(folder / WEIGHTS), device=device))
+    return model.to(device).eval()

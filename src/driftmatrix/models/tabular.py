@@ -41,7 +41,6 @@ from driftmatrix.features.table import MISSING, TableInputs
 
 log = logging.getLogger(__name__)
 
-FORMAT = "driftmatrix-tabular-1"
 KINDS = ("LogReg", "HistGBT", "LightGBM", "MLP", "Custom")
 ENCODING = {"LogReg": "onehot", "HistGBT": "native", "LightGBM": "native", "MLP": "embed", "Custom": "onehot"}
 #: Categories kept per column, the most frequent of the window (HistGradientBoosting allows at most
@@ -116,7 +115,7 @@ def loading_trust(model: str, info: Mapping[str, Any]) -> list[str]:
     :data:`TRUSTED`, and for an estimator this project's params.yaml names (``models.custom``) its
     class and its ``trusted:`` list. The unit's ``model.json`` decides nothing: one that names
     another estimator, or asks to trust more, is refused (UntrustedModel)."""
-    from driftmatrix.models import custom
+    from driftmatrix.models import spec as custom
 
     asked = dict(info.get("options") or {})
     ours = dict(custom.ESTIMATORS.get(model) or {}) if info.get("kind") == "Custom" else {}

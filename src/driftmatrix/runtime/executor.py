@@ -46,98 +46,14 @@ import sys
 import threading
 import time
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
-from driftmatrix.config import ConfigError, build
+from driftmatrix.config import ConfigError, Resources, RuntimeConfig, unit_threads
 
 log = logging.getLogger(__name__)
 
 KILL_ENV = "DRIFTMATRIX_KILL_ONCE"
 KILL_AFTER_S = 0.05  # the hook's worker dies this long into its item (or at its end, if sooner)
-EXECUTORS = ("local", "ray")
-_WHERE = "params.yaml: runtime"
-
-
-# --- configuration ---------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Resources:
-    """What one unit asks Ray for. ``num_gpus`` below 1 shares a GPU; above 1 it must be whole."""
-
-    num_cpus: float = 1
-    num_gpus: float = 0
-
-
-@dataclass(frozen=True)
-class RuntimeConfig:
-    executor: str = "local"
-    workers: int | str = 1
-    address: str | None = None
-    num_cpus: float = 1
-    num_gpus: float = 0
-    max_retries: int = 3
-    overrides: Mapping[str, Resources] = field(default_factory=dict)
-
-    def resources_for(self, model: str | None) -> Resources:
-        """The runtime defaults with ``overrides.<model>`` applied."""
-        base = Resources(self.num_cpus, self.num_gpus)
-        return self.overrides.get(model, base) if model is not None else base
-
-
-def parse_runtime(raw: Mapping[str, Any] | None, models: Iterable[str] | None = None) -> RuntimeConfig:
-    """``RuntimeConfig`` from the ``runtime:`` mapping; every bad key is named ``params.yaml: runtime.<key>``.
-
-    ``models``, when given, are the experiment's models: an override for any other name is an error.
-    """
-    if raw is None:
-        return RuntimeConfig()
-    if not isinstance(raw, Mapping):
-        raise ConfigError(f"{_WHERE}: expected a mapping, got {type(raw).__name__}")
-    raw = dict(raw)
-    known = {f for f in RuntimeConfig.__dataclass_fields__}
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"{_WHERE}.{key}: unknown key; expected some of {sorted(known)}")
-    over = raw.pop("overrides", None) or {}
-    if not isinstance(over, Mapping):
-        raise ConfigError(f"{_WHERE}.overrides: expected a mapping of model -> {{num_cpus, num_gpus}}")
-    cfg = build(RuntimeConfig, raw, _WHERE)
-    if cfg.executor not in EXECUTORS:
-        raise ConfigError(f"{_WHERE}.executor: {cfg.executor!r} is not one of {list(EXECUTORS)}")
-    if cfg.workers != "auto" and (not isinstance(cfg.workers, int) or isinstance(cfg.workers, bool)
-                                  or cfg.workers < 1):
-        raise ConfigError(f"{_WHERE}.workers: expected auto or a whole number >= 1, got {cfg.workers!r}")
-    if cfg.address is not None and (not isinstance(cfg.address, str) or not cfg.address.strip()):
-        raise ConfigError(f"{_WHERE}.address: expected null, auto, ray://host:port or host:port, got {cfg.address!r}")
-    if not isinstance(cfg.max_retries, int) or isinstance(cfg.max_retries, bool) or cfg.max_retries < -1:
-        raise ConfigError(f"{_WHERE}.max_retries: expected an integer >= 0 (-1: retry forever), "
-                          f"got {cfg.max_retries!r}")
-    _check_resources(Resources(cfg.num_cpus, cfg.num_gpus), _WHERE)
-    models = set(models) if models is not None else None
-    resolved = {}
-    for name, value in over.items():
-        where = f"{_WHERE}.overrides.{name}"
-        if models is not None and name not in models:
-            raise ConfigError(f"{where}: {name!r} is not a model of this experiment ({sorted(models)})")
-        if not isinstance(value, Mapping):
-            raise ConfigError(f"{where}: expected a mapping with num_cpus and/or num_gpus")
-        for key in value:
-            if key not in Resources.__dataclass_fields__:
-                raise ConfigError(f"{where}.{key}: unknown key; expected num_cpus or num_gpus")
-        res = build(Resources, {"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus, **value}, where)
-        resolved[str(name)] = _check_resources(res, where)
-    return RuntimeConfig(executor=cfg.executor, workers=cfg.workers, address=cfg.address, num_cpus=cfg.num_cpus,
-                         num_gpus=cfg.num_gpus, max_retries=cfg.max_retries, overrides=resolved)
-
-
-def runtime_config(params) -> RuntimeConfig:
-    """The ``runtime:`` section of typed ``Params`` (it lives in ``params.extra``)."""
-    return parse_runtime(params.extra.get("runtime"), params.models)
-
-
-def unit_threads(res: Resources) -> int:
-    """Torch threads a unit computes with, on every executor: floor(num_cpus), at least 1."""
-    return max(1, math.floor(res.num_cpus))
 
 
 @contextlib.contextmanager
@@ -181,16 +97,6 @@ def keep_freed_memory() -> bool:
             ok = False
     keep_freed_memory.done = ok
     return ok
-
-
-def _check_resources(res: Resources, where: str) -> Resources:
-    for key in ("num_cpus", "num_gpus"):
-        value = getattr(res, key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ConfigError(f"{where}.{key}: expected a number >= 0, got {value!r}")
-    if res.num_gpus > 1 and res.num_gpus != int(res.num_gpus):
-        raise ConfigError(f"{where}.num_gpus: above 1 it must be a whole number of GPUs, got {res.num_gpus}")
-    return res
 
 
 # --- progress ----------------------------------------------------------------------------------
@@ -488,20 +394,6 @@ def joins_loopback(address: str | None) -> bool:
     return host in ("127.0.0.1", "localhost", "::1")
 
 
-def where() -> dict[str, str]:
-    """Where this process computes: ``host`` (its hostname) and, inside a Ray worker or driver,
-    ``ray_node`` (the Ray node id). Recorded with each unit: which node of a cluster trained it."""
-    import socket
-
-    out = {"host": socket.gethostname()}
-    ray = sys.modules.get("ray")
-    if ray is not None:
-        with contextlib.suppress(Exception):
-            if ray.is_initialized():
-                out["ray_node"] = ray.get_runtime_context().get_node_id()
-    return out
-
-
 def _brief(resources: Mapping[str, float]) -> dict[str, float]:
     return {k: v for k, v in resources.items() if k in ("CPU", "GPU")}
 
@@ -602,7 +494,7 @@ class RayExecutor:
         res = self.cfg.resources_for(model)
         slots = self.slots(res)
         if slots == 0:
-            msg = (f"{_WHERE}: a {model or label} unit asks for {res} but the Ray cluster has "
+            msg = (f"params.yaml: runtime: a {model or label} unit asks for {res} but the Ray cluster has "
                    f"{_brief(ray.cluster_resources())}; lower runtime.num_cpus/num_gpus (or its override)")
             if self.cfg.address is None:
                 raise ConfigError(msg)

@@ -235,7 +235,7 @@ def shape_of(params, manifest: Mapping | None = None, share: float | None = None
     Without a known size the slices get 1,000 rows each, which only the relative GPU scale may use
     (``need_rows=False``); the CPU scale needs real sizes and raises instead."""
     from driftmatrix.config import ConfigError
-    from driftmatrix.runtime.executor import runtime_config
+    from driftmatrix.config import runtime_config
 
     name = params.dataset.name
     if manifest is not None and not periods:
@@ -253,7 +253,7 @@ def shape_of(params, manifest: Mapping | None = None, share: float | None = None
         per = n / K
         every = tuple(round(per * (i + 1)) - round(per * i) for i in range(K))
         train = tuple(round(e * (1 - params.slicing.test_fraction)) for e in every)
-    from driftmatrix.models.registry import is_baseline
+    from driftmatrix.models.catalog import is_baseline
 
     runtime = runtime_config(params)
     models = tuple(m for m in params.models if not is_baseline(m))  # Prior: no training to schedule

@@ -40,10 +40,10 @@ def load_model(params: Params, model: str, manifest: Mapping[str, Any], scores_d
     """One model's seed-level cells and statistics from the score docs of its current plan (keyed
     with the environment the evaluate stage recorded); None when nothing is scored."""
     from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.learn.score import ScoreStore, current_row
-    from driftmatrix.units.provenance import Environment
-    from driftmatrix.learn.tasks import metric_for
-    from driftmatrix.learn.train import model_plan
+    from driftmatrix.units.store import ScoreStore, current_row
+    from driftmatrix.units.environment import Environment
+    from driftmatrix.config import metric_for
+    from driftmatrix.units.plan import model_plan
     from driftmatrix.units.plan import slice_hashes
 
     store = ScoreStore(scores_dir, model)
@@ -77,7 +77,7 @@ def from_matrices(m) -> ModelScores:
     the noise floor only where the matrices record ``n_eval``. Cumulative windows are assumed."""
     S, K = m.seed_values.shape[0], len(m.slices)
     n = np.asarray(m.extra.get("n_eval", np.full((K, K), np.nan)), dtype=float)
-    from driftmatrix.learn.tasks import METRICS
+    from driftmatrix.config import METRICS
 
     metric = next((k for k, v in METRICS.items() if v.name.lower() == m.metric.lower()), m.metric.lower())
     return ModelScores(m.model, list(m.slices), list(m.seeds or range(S)), np.asarray(m.seed_values, dtype=float),

@@ -41,7 +41,7 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
     precision, how many cells are missing, and the unit key and measured training seconds of
     every (seed, cutoff) (None where its score doc has none).
     """
-    from driftmatrix.learn.score import current_row
+    from driftmatrix.units.store import current_row
 
     K, S = len(plan.labels), len(plan.seeds)
     stack, n_eval = np.full((S, K, K), np.nan), np.full((K, K), np.nan)
@@ -68,10 +68,10 @@ def read_model(params: Params, model: str, manifest: Mapping[str, Any],
     """One model's matrices from the scores of its current plan; other score files are stale.
     The plan is keyed with the environment the evaluate stage recorded (None: nothing scored)."""
     from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.learn.score import ScoreStore
-    from driftmatrix.units.provenance import Environment
-    from driftmatrix.learn.tasks import metric_for
-    from driftmatrix.learn.train import model_plan
+    from driftmatrix.units.store import ScoreStore
+    from driftmatrix.units.environment import Environment
+    from driftmatrix.config import metric_for
+    from driftmatrix.units.plan import model_plan
     from driftmatrix.units.plan import slice_hashes
 
     store = ScoreStore(scores_dir, model)

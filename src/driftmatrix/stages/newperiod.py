@@ -143,10 +143,10 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, raw, checkpoints_d
     version of its unit key and of the weights its scores came from (``tracking.registered_version``)."""
     from driftmatrix.tracking import pyfunc as serving
     from driftmatrix.units.store import CheckpointStore
-    from driftmatrix.learn.score import ScoreStore
+    from driftmatrix.units.store import ScoreStore
     from driftmatrix.runtime.executor import torch_threads
-    from driftmatrix.units.provenance import Environment
-    from driftmatrix.learn.train import ExperimentInfo
+    from driftmatrix.units.environment import Environment
+    from driftmatrix.units.experiment import ExperimentInfo
 
     store = CheckpointStore(checkpoints_dir, model)
     recorded = (ScoreStore(scores_dir, model) if source == "registry" else store).environment()
@@ -178,7 +178,7 @@ def unit_network(params: Params, unit, store, config: Mapping[str, Any], device:
         from driftmatrix.tracking.runs import configure, load_registered
 
         configure(params.tracking)
-        from driftmatrix.learn.score import ScoreStore
+        from driftmatrix.units.store import ScoreStore
 
         try:
             net = load_registered(unit, ScoreStore(scores_dir, unit.model).read(unit.key).get("weights_digest"))

@@ -73,7 +73,7 @@ def saliency_config(params: Params) -> SaliencyConfig:
 def applicable_pairs(cfg: SaliencyConfig, params: Params, labels: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     """The configured (model, cutoff) pairs that saliency can compute here, and why each other one
     cannot: a model that is not configured or reads no images, a cutoff that is no slice label."""
-    from driftmatrix.models.registry import REGISTRY
+    from driftmatrix.models.catalog import REGISTRY
 
     kept, skipped = [], []
     for model, cutoff in cfg.pairs:
@@ -241,7 +241,8 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     """Compute every configured cell, write arrays, tables and figures; log to the checkpoints' runs."""
     import pandas as pd
 
-    from driftmatrix.learn.train import Experiment, recorded_environment
+    from driftmatrix.units.environment import recorded_environment
+    from driftmatrix.units.experiment import Experiment
 
     from dataclasses import replace
 

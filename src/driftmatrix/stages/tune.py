@@ -95,7 +95,7 @@ def tune_config(params: Params) -> TuneConfig:
 # --- pure pieces: the inner split, the restricted data, the objective -----------------------------
 def inner_split(slice_ids: np.ndarray, split: np.ndarray, cutoff: int, v: int) -> tuple[np.ndarray, np.ndarray]:
     """(inner train rows, validation rows) inside D_<=cutoff; global row indices, sorted."""
-    from driftmatrix.learn.train import cutoff_train_rows
+    from driftmatrix.learn.fit import cutoff_train_rows
 
     first_val = cutoff - v + 1
     if first_val < 1:
@@ -154,7 +154,7 @@ def restrict(exp, cutoff: int, v: int) -> TuningData:
 def validation_score(model, data: TuningData, cfg: TrainConfig) -> float:
     """Mean over the validation slices of the task metric (reported unit)."""
     from driftmatrix.learn.tasks import cell_score
-    from driftmatrix.learn.train import predict
+    from driftmatrix.learn.fit import predict
 
     out = predict(model, RowSubset(data.inputs, data.val_pos), cfg.eval_batch_size, cfg.precision)
     targets, slices = data.targets_np[data.val_pos], data.slice_ids[data.val_pos]
@@ -172,7 +172,7 @@ def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any
     """
     from driftmatrix.models.heads import init_output_bias
     from driftmatrix.learn.tasks import make_loss
-    from driftmatrix.learn.train import fit
+    from driftmatrix.learn.fit import fit
 
     model = new_model(seed)
     if hasattr(model, "predict_arrays"):  # a tabular model: preprocessing and model fitted on the inner train rows
@@ -416,10 +416,11 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
     """Create or resume the study of ``model``, run the missing trials, write the preset."""
     import optuna
 
-    from driftmatrix.runtime.executor import make_executor, runtime_config
+    from driftmatrix.runtime.executor import make_executor
+    from driftmatrix.config import runtime_config
     from driftmatrix.stages.saliency import slice_index  # label -> index with a named error
     from driftmatrix.tracking.runs import git_commit
-    from driftmatrix.learn.train import Experiment, ExperimentRecipe
+    from driftmatrix.units.experiment import Experiment, ExperimentRecipe
 
     cfg = tune_config(params)
     target = n_trials if n_trials is not None else cfg.n_trials

@@ -56,7 +56,7 @@ from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 from mlflow.pyfunc import PythonModel
 
-from driftmatrix.units.store import DESCRIPTION, RECORD, WEIGHTS
+from driftmatrix.models.spec import DESCRIPTION, RECORD, TABULAR_FORMAT, TORCH_FORMAT, WEIGHTS
 from driftmatrix.data.table import DataError
 
 #: ``model_logged`` tag of a run whose ``model`` artifact is this format (others are logged again).
@@ -108,7 +108,7 @@ def project_params(model: str | None) -> None:
     estimator (``models.custom.ESTIMATORS``): the loading project decides what a stored estimator
     may build (``models.tabular.loading_trust``)."""
     from driftmatrix.config import ConfigError, load_params
-    from driftmatrix.models import custom
+    from driftmatrix.models import spec as custom
 
     if model not in custom.ESTIMATORS:
         with contextlib.suppress(ConfigError):
@@ -126,7 +126,7 @@ def load_network(folder: str | Path, config: Mapping[str, Any], device="cpu"):
     unit trusted as this project decides), in the memory layout the evaluate stage scores it in."""
     import torch
 
-    from driftmatrix.units.store import load_model_folder
+    from driftmatrix.models.catalog import load_model_folder
 
     network = load_model_folder(folder, device=str(device))
     return network.to(memory_format=torch.channels_last) if channels_last(config) else network
@@ -191,7 +191,7 @@ def encoded(config: Mapping[str, Any], items, encoder, device="cpu"):
 def forward(network, inputs, config: Mapping[str, Any], batch_size: int | None = None) -> np.ndarray:
     """The network's outputs on ``inputs`` as the evaluate stage computes them (``training.predict``
     in the precision and batch size it scored with)."""
-    from driftmatrix.learn.train import predict
+    from driftmatrix.learn.fit import predict
 
     if len(inputs) == 0:
         return np.zeros((0, len(config["columns"])), np.float32)
@@ -623,7 +623,7 @@ def _description_problems(path: Path, config: Mapping[str, Any]) -> list[str]:
         return [f"no readable {DESCRIPTION} ({type(exc).__name__})"]
     if desc.get("model") != config.get("model"):
         return [f"{DESCRIPTION} describes {desc.get('model')!r}, MLmodel {config.get('model')!r}"]
-    if desc.get("format") == "driftmatrix-tabular-1":
+    if desc.get("format") == TABULAR_FORMAT:
         from driftmatrix.models.tabular import UntrustedModel, loading_trust
 
         if (desc.get("info") or {}).get("kind") == "Custom":
@@ -632,7 +632,7 @@ def _description_problems(path: Path, config: Mapping[str, Any]) -> list[str]:
             loading_trust(str(desc["model"]), desc.get("info") or {})
         except UntrustedModel as exc:
             return [str(exc)]
-    elif desc.get("format") != "driftmatrix-safetensors-1":
+    elif desc.get("format") != TORCH_FORMAT:
         return [f"{DESCRIPTION} format {desc.get('format')!r}"]
     return []
 

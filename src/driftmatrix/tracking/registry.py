@@ -164,7 +164,7 @@ def annotate(params: Params, cohort, matrices_run: str | None = None) -> dict[st
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix.models.registry import REGISTRY
+    from driftmatrix.models.catalog import REGISTRY
     from driftmatrix.tracking.pyfunc import quiet_mlflow
 
     cfg = params.tracking
@@ -223,7 +223,7 @@ def recommend(client, dataset: str, cohort, registered: Mapping[str, Any], horiz
     version to point at, this project's of its latest cutoff and lowest seed) and remove it from
     every other registered model of ``dataset``."""
     from driftmatrix.analysis import advisor
-    from driftmatrix.models.registry import BASELINE_FAMILY
+    from driftmatrix.models.catalog import BASELINE_FAMILY
 
     stacks = {m: st for m, st in cohort.stacks.items() if m in registered
               and cohort.families.get(m) != BASELINE_FAMILY}  # never the Prior baseline

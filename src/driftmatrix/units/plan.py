@@ -4,7 +4,7 @@
   identity, the training settings that change its numbers (:data:`UNIT_SETTINGS`: not the seed
   list, evaluation batch size or tracking settings), its seed, the content hashes of the slices
   in its window (not the window's name: the same rows train the same model), the digest of the
-  code on its training path and its resolved environment (``driftmatrix.units.provenance``). Appending
+  code on its training path and its resolved environment (``driftmatrix.units.code``). Appending
   a later slice therefore changes no earlier unit's key, adding a seed adds only that seed's
   units, late rows in slice j change exactly the units whose window holds j, and a changed
   statement on a model's training path changes exactly that model's units.
@@ -18,9 +18,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from driftmatrix.config import ConfigError, TrainConfig, fingerprint
+from driftmatrix.config import (ConfigError, Params, TrainConfig, Window, effective_config, evaluation_metric,
+                                fingerprint, metric_for, model_options, parse_window)
+from driftmatrix.units.environment import Environment, model_libraries, recorded_environment
 
 #: TrainConfig fields that change a trained model's numbers (and so its key). Precision and device
 #: enter resolved, through the environment; the window through the slices it spans.
@@ -28,46 +31,6 @@ UNIT_SETTINGS = ("epochs", "batch_size", "lr", "weight_decay", "grad_clip", "opt
 #: Bump when the key's own recipe changes (code changes are keyed by digest). 4: the code digest
 #: covers the definitions a unit reaches (provenance.reach), no longer whole modules.
 UNIT_FORMAT = 4
-
-
-@dataclass(frozen=True)
-class Window:
-    """Which slices a cutoff trains on: ``cumulative`` (the paper), ``sliding`` N, or ``single``."""
-
-    kind: str = "cumulative"
-    size: int | None = None
-
-    def slices(self, cutoff: int) -> range:
-        if self.kind == "cumulative":
-            return range(0, cutoff + 1)
-        if self.kind == "single":
-            return range(cutoff, cutoff + 1)
-        return range(max(0, cutoff - self.size + 1), cutoff + 1)
-
-    @property
-    def name(self) -> str:
-        return f"sliding-{self.size}" if self.kind == "sliding" else self.kind
-
-
-def parse_window(value: Any, where: str = "train.window") -> Window:
-    """``cumulative`` | ``single`` | ``{sliding: N}`` | ``sliding-N`` -> :class:`Window`."""
-    if isinstance(value, Window):
-        return value
-    if isinstance(value, Mapping) and set(value) == {"sliding"}:
-        size = value["sliding"]
-    elif isinstance(value, str) and value in ("cumulative", "single"):
-        return Window(value)
-    elif isinstance(value, str) and value.startswith("sliding"):
-        size = value.removeprefix("sliding").lstrip(":- ")
-    else:
-        raise ConfigError(f"params.yaml: {where} must be cumulative, single or {{sliding: N}}, got {value!r}")
-    try:
-        size = int(size)
-    except (TypeError, ValueError):
-        raise ConfigError(f"params.yaml: {where}: sliding needs a whole number of periods, got {size!r}") from None
-    if size < 1:
-        raise ConfigError(f"params.yaml: {where}: sliding window must be >= 1 period, got {size}")
-    return Window("sliding", size)
 
 
 def unit_settings(cfg: TrainConfig) -> dict[str, Any]:
@@ -165,3 +128,51 @@ def slice_hashes(manifest: Mapping[str, Any], where: str = "outputs/slices/manif
     if missing:
         raise ConfigError(f"{where}: slices {missing[:3]} have no content hash (re-run `driftmatrix slice`)")
     return [s["hash"] for s in manifest["slices"]]
+
+
+def planned_unit(params: Params, model: str, cutoff: str, seed: int | None = None,
+                 slices_dir: str | Path = "outputs/slices", checkpoints_dir: str | Path = "outputs/checkpoints") -> Unit:
+    """The current plan's unit of ``model`` trained up to ``cutoff`` with ``seed`` (default: the
+    lowest), keyed with the environment the train stage recorded: what ``tracking.load_registered``
+    loads."""
+    from driftmatrix.data.slicing import read_manifest
+
+    plan = model_plan(params, model, read_manifest(slices_dir), recorded_environment(params, model, checkpoints_dir))
+    seed = min(plan.seeds) if seed is None else seed
+    if cutoff not in plan.labels or seed not in plan.seeds:
+        raise ConfigError(f"{model}: no unit up to {cutoff!r} with seed {seed} (cutoffs {list(plan.labels)}, "
+                          f"seeds {list(plan.seeds)})")
+    return plan.unit(seed, plan.labels.index(cutoff))
+
+
+def model_plan(params: Params, model: str, manifest: Mapping[str, Any], env: Environment) -> ModelPlan:
+    """Every unit of ``model`` under ``params``, the slices ``manifest`` and the environment ``env``
+    (no data loaded): what the train, evaluate, status and matrices stages agree on; keyed by the
+    code it runs as this checkout holds it (``provenance.unit_code``, ``provenance.SCORE_ROOTS``)."""
+    from driftmatrix.data.table import DatasetMeta
+    from driftmatrix.features.cache import encoder_identity
+    from driftmatrix.models.catalog import get
+    from driftmatrix.units.code import SCORE_ROOTS, code_key, unit_code
+
+    spec, meta = get(model), DatasetMeta.from_dict(manifest["dataset"])
+    metric = metric_for(meta.task, evaluation_metric(params))
+    scoring = {"metric": metric.key, "format": SCORE_FORMAT, "code": code_key(SCORE_ROOTS)}
+    identity = {"model": spec.name, "family": spec.family, "inputs": spec.inputs, "encoder": spec.encoder or "",
+                "description": spec.description, "task": meta.task, "outputs": meta.num_outputs,
+                "features": encoder_identity(spec.inputs, spec.encoder, params.extra.get("embed"))}
+    if spec.revision:
+        identity["revision"] = spec.revision
+    if spec.inputs == "table":  # its estimator's options and the libraries that compute it
+        options = model_options(params, model)
+        identity["tabular"] = {"features": {"numeric": list(meta.numeric), "categorical": list(meta.categorical)},
+                               "options": options, "libraries": model_libraries(spec.build.cls, options)}
+    slice_hashes(manifest)  # a clear error for slices written before content hashes existed
+    return plan_model(params.dataset.name, model, spec.family, identity, effective_config(params, model),
+                      manifest["slices"], code=unit_code(spec.build, model_options(params, model).get("estimator", "")),
+                      env=env.keyed(), scoring=scoring)
+
+
+#: Bump when a stored cell's format or meaning changes.
+#: 2: cells carry forward-pass statistics (evaluation.forward_stats); 3: held-out cells (j <= i)
+#: also carry each row's correctness (evaluation.row_correctness), for input-space IW.
+SCORE_FORMAT = 3

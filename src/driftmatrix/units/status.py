@@ -80,10 +80,11 @@ def would_do(statuses: Sequence[ModelStatus]) -> list[str]:
 def read_status(params: Params, slices_dir: str | Path, checkpoints_dir: str | Path,
                 scores_dir: str | Path) -> list[ModelStatus]:
     """The status of every configured model from the slices manifest and the files on disk."""
-    from driftmatrix.learn.score import ScoreStore
+    from driftmatrix.units.store import ScoreStore
     from driftmatrix.data.slicing import read_manifest
     from driftmatrix.units.store import CheckpointStore
-    from driftmatrix.learn.train import model_plan, recorded_environment
+    from driftmatrix.units.environment import recorded_environment
+    from driftmatrix.units.plan import model_plan
     from driftmatrix.units.plan import slice_hashes
 
     manifest = read_manifest(slices_dir)

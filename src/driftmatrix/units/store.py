@@ -9,13 +9,13 @@ unpickled: weights are safetensors, everything else JSON.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 from pathlib import Path
 from typing import Any, Mapping
 
-WEIGHTS, DESCRIPTION, RECORD = "model.safetensors", "model.json", "unit.json"
+from driftmatrix.models.spec import DESCRIPTION, RECORD, WEIGHTS
+
 #: Recorded beside a model's unit folders by the train stage: the environment its keys were made for.
 ENVIRONMENT = "environment.json"
 
@@ -138,35 +138,41 @@ def _sync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def load_model_folder(folder: str | Path, device: str = "cpu"):
-    """Rebuild a logged model from ``model.json`` and load ``model.safetensors`` (no pickle). A
-    tabular model's skops parts build only the types this project trusts for it
-    (``models.tabular.loading_trust``: never a list its own ``model.json`` asks for); a refusal
-    names the unit."""
-    from safetensors.torch import load_file
+class ScoreStore:
+    """``<root>/<model>/<unit key>.json``: the scored cells of one unit (fsynced, renamed into
+    place; a file cut short reads as no cells), and ``environment.json``."""
 
-    from driftmatrix.models.registry import get
+    def __init__(self, root: str | Path, model: str):
+        self.dir = Path(root) / model
 
-    folder = Path(folder)
-    desc = json.loads((folder / DESCRIPTION).read_text())
-    if desc.get("format") == "driftmatrix-tabular-1":  # preprocessing + estimator; skops / LightGBM text inside
-        tabular = importlib.import_module("driftmatrix.models.tabular")
-        try:
-            return load_tabular(desc, load_file(str(folder / WEIGHTS), device="cpu"))
-        except tabular.UntrustedModel as exc:
-            unit = (read_json(folder / RECORD) or {}).get("unit") or {}
-            where = f"{unit.get('model')} cutoff {unit.get('cutoff')} seed {unit.get('seed')}" if unit else str(folder)
-            raise tabular.UntrustedModel(f"{where}: {exc}") from None
-    kwargs = {"dropout": desc["dropout"]} if desc.get("dropout") is not None else {}
-    model = get(desc["model"]).build(desc["num_outputs"], desc.get("info") or {}, **kwargs)
-    model.load_state_dict(load_file(str(folder / WEIGHTS), device=device))
-    return model.to(device).eval()
+    def path(self, key: str) -> Path:
+        return self.dir / f"{key}.json"
+
+    def read(self, key: str) -> dict[str, Any]:
+        doc = read_json(self.path(key))
+        return doc if isinstance(doc, dict) and isinstance(doc.get("cells"), dict) else {"cells": {}, "logged": {}}
+
+    def write(self, key: str, doc: Mapping[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json(self.path(key), doc)
+
+    def keys(self) -> list[str]:
+        return sorted(p.stem for p in self.dir.glob("*.json") if p.name != ENVIRONMENT) if self.dir.exists() else []
+
+    def write_environment(self, env: Mapping[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json(self.dir / ENVIRONMENT, env)
+
+    def environment(self) -> dict[str, Any] | None:
+        return read_json(self.dir / ENVIRONMENT)
 
 
-def load_tabular(desc: dict[str, Any], state: Mapping[str, Any]):
-    """A tabular model (``models.tabular``) from its description and stored tensors."""
-    tabular = importlib.import_module("driftmatrix.models.tabular")
-    info = dict(desc.get("info") or {})
-    trusted = tabular.loading_trust(str(desc.get("model")), info)
-    model = tabular.TabularModel(str(info.get("kind") or ""), desc["num_outputs"], info, desc.get("dropout"))
-    return model.load_state_dict(state, trusted).eval()
+def current_row(plan, unit, hashes, cells: Mapping[str, Any]) -> dict[str, list]:
+    """The unit's drift-matrix row from its stored cells (None where a cell is not scored)."""
+    values, n_eval, left_out = [], [], []
+    for cell in plan.cells(unit, hashes):
+        c = cells.get(cell.key) or {}
+        values.append(c.get("value"))
+        n_eval.append(c.get("n_eval"))
+        left_out.append(c.get("left_out", []))
+    return {"values": values, "n_eval": n_eval, "left_out": left_out}

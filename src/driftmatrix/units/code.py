@@ -28,36 +28,28 @@ import ast
 import functools
 import hashlib
 import json
-import platform
 import sys
 import sysconfig
-from dataclasses import asdict, dataclass, field
-from importlib import metadata
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 PACKAGE_DIR = Path(__file__).resolve().parents[1]
 
 #: Where the code of a key starts, by qualified name: the one table a package restructure edits.
 #: A unit runs these and its model's own code (:func:`model_roots`); a cell's scoring SCORE_ROOTS.
-TRAIN_ROOTS = ("driftmatrix.models.catalog.Builder", "driftmatrix.learn.train.ExperimentInfo.__init__",
-               "driftmatrix.learn.train.Experiment.__init__", "driftmatrix.learn.train.Experiment.train_unit",
-               "driftmatrix.learn.train.fit")
-SCORE_ROOTS = ("driftmatrix.learn.score.score_task",)
+TRAIN_ROOTS = ("driftmatrix.models.spec.Builder", "driftmatrix.units.experiment.ExperimentInfo.__init__",
+               "driftmatrix.units.experiment.Experiment.__init__", "driftmatrix.units.experiment.Experiment.train_unit",
+               "driftmatrix.learn.fit.fit")
+SCORE_ROOTS = ("driftmatrix.units.experiment.score_task",)
 #: Code whose results enter the keys as values (settings, environment, the plan): not followed.
-KEYED_BY_VALUE = ("driftmatrix.learn.train.model_plan", "driftmatrix.learn.train.effective_config",
-                  "driftmatrix.learn.train.resolve_environment", "driftmatrix.config.parse_params")
+KEYED_BY_VALUE = ("driftmatrix.units.plan.model_plan", "driftmatrix.config.effective_config",
+                  "driftmatrix.units.environment.resolve_environment", "driftmatrix.config.parse_params",
+                  "driftmatrix.models.catalog.get")
 #: Tables from a Builder's class name to the class: a model's code holds its own entry only.
 DISPATCH = ("driftmatrix.models.image.CLASSES", "driftmatrix.models.text.CLASSES")
 #: Calls that only report (log lines, warnings): a statement that is one is in no digest.
 _LEVELS = ("debug", "info", "warning", "error", "exception", "critical", "log")
 REPORTS = {"log": _LEVELS, "logger": _LEVELS, "logging": _LEVELS, "warnings": ("warn",)}
-#: Bump when a stored cell's format or meaning changes.
-#: 2: cells carry forward-pass statistics (evaluation.forward_stats); 3: held-out cells (j <= i)
-#: also carry each row's correctness (evaluation.row_correctness), for input-space IW.
-SCORE_FORMAT = 3
-#: Libraries whose versions change a unit's numbers.
-NUMERIC_LIBRARIES = ("torch", "numpy")
 
 
 # --- code ----------------------------------------------------------------------------------------
@@ -341,111 +333,3 @@ def undeclared(estimator: str, stage: str = "train", dvc_file: Path = Path("dvc.
     return sorted(str(f) for f in files if not any(d == f or d in f.parents for d in deps))
 
 
-# --- environment ---------------------------------------------------------------------------------
-@functools.lru_cache(maxsize=None)
-def package_version(dist: str) -> str:
-    """Installed version of a distribution (package metadata, no import), or ``absent``."""
-    try:
-        return metadata.version(dist)
-    except metadata.PackageNotFoundError:
-        return "absent"
-
-
-def library_versions() -> dict[str, str]:
-    """Installed versions of :data:`NUMERIC_LIBRARIES`."""
-    return {name: package_version(name) for name in NUMERIC_LIBRARIES}
-
-
-_CONTENT: dict[tuple, str] = {}
-
-
-def content_digest(path: str | Path) -> str:
-    """sha256 of a weight file's or folder's contents (every file but hidden ones, by relative
-    path, size and bytes), hashed once per process while no file's size or time changes."""
-    from driftmatrix.units.store import file_digest
-
-    root = Path(path).resolve()
-    files = [root] if root.is_file() else sorted(
-        p for p in root.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.relative_to(root).parts))
-    stats = tuple((p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
-    if (root, stats) not in _CONTENT:
-        _CONTENT[root, stats] = hashlib.sha256("\n".join(
-            f"{rel}:{size}:{file_digest(p)}" for (rel, size, _), p in zip(stats, files)).encode()).hexdigest()
-    return _CONTENT[root, stats]
-
-
-@dataclass(frozen=True)
-class Environment:
-    """What computed a unit: the keyed part (precision, device kind, threads on CPU, libraries)
-    and, recorded only, the hardware."""
-
-    precision: str
-    device: str  # device kind: cpu | cuda
-    threads: int | None  # torch threads on CPU (they change the bits); None on a GPU
-    libraries: Mapping[str, str] = field(default_factory=dict)
-    hardware: str = ""
-
-    def keyed(self) -> dict[str, Any]:
-        return {"precision": self.precision, "device": self.device, "threads": self.threads,
-                "libraries": dict(sorted(self.libraries.items()))}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "libraries": dict(self.libraries)}
-
-    @classmethod
-    def from_dict(cls, raw: Mapping[str, Any]) -> "Environment":
-        return cls(str(raw["precision"]), str(raw["device"]), raw.get("threads"),
-                   dict(raw.get("libraries") or {}), str(raw.get("hardware", "")))
-
-    def differences(self, other: "Environment") -> list[str]:
-        """``field: ours != theirs`` for every keyed field that differs."""
-        a, b = self.keyed(), other.keyed()
-        return [f"{k}: {a[k]!r} != {b[k]!r}" for k in a if a[k] != b[k]]
-
-
-def cpu_hardware() -> str:
-    """``<arch> <instruction set torch dispatches to> (<CPU model>)``, e.g. ``x86_64 AVX2 (AMD EPYC)``."""
-    import torch
-
-    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "?")()
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() in ("model name", "Model", "Hardware"):
-                model = value.strip()
-                break
-    except OSError:
-        model = platform.processor()
-    return f"{platform.machine()} {capability}" + (f" ({model})" if model else "")
-
-
-def hardware(device) -> str:
-    """What computes on ``device``: the GPU's name, or the CPU's instruction set and model."""
-    import torch
-
-    if getattr(device, "type", str(device)).startswith("cuda"):
-        return f"cuda {torch.cuda.get_device_name(device)} (capability {torch.cuda.get_device_capability(device)})"
-    return cpu_hardware()
-
-
-def resolve_environment(precision: str, device: str, threads: int, *, remote_gpus: bool = False) -> Environment:
-    """The environment of ``train.precision`` / ``train.device`` on this machine (the driver's).
-
-    ``remote_gpus``: units run as Ray tasks that each ask for a GPU, so ``device: auto`` means CUDA
-    even where the driver itself has none; ``precision: auto`` then needs the driver to see one
-    (else fp32, logged), so set bf16 or fp32 explicitly for such clusters.
-    """
-    from driftmatrix.config import ConfigError
-    from driftmatrix.learn.precision import resolve_device, resolve_precision
-
-    if remote_gpus and (device == "auto" or device.startswith("cuda")):
-        kind, here = "cuda", "cuda (Ray workers)"
-        try:
-            resolved = resolve_precision(precision, resolve_device(device if device != "auto" else "cuda"))
-        except ConfigError:  # the driver sees no GPU: it cannot probe the workers' bf16 units
-            resolved = "bf16" if precision == "bf16" else "fp32"
-    else:
-        dev = resolve_device(device)
-        kind, resolved, here = dev.type, resolve_precision(precision, dev), hardware(dev)
-    return Environment(resolved, kind, threads if kind == "cpu" else None, library_versions(), here)

@@ -1,0 +1,108 @@
+"""Train stage: a fresh model per unit (model, cutoff i, seed) on the train splits of its window.
+
+The plan (``units.plan``) names the units of the current configuration by what made their
+numbers; a unit whose checkpoint folder is complete is done. The driver resolves the environment
+once and records it beside the checkpoints; workers (this process, local worker processes or Ray
+tasks, ``runtime.executor``) check that they compute the key they were handed, train and return
+weights (``units.experiment.train_task``); only this driver writes checkpoints, so a kill at any
+moment loses at most the units in flight. MLflow is the evaluate stage's business.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from driftmatrix.config import ConfigError, Params, model_options
+from driftmatrix.units.environment import resolve_environment
+from driftmatrix.units.experiment import Experiment, ExperimentRecipe, train_task, training_data, unit_record
+from driftmatrix.units.plan import Unit
+from driftmatrix.units.store import CheckpointStore
+
+log = logging.getLogger(__name__)
+
+
+log = logging.getLogger(__name__)
+
+
+def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], executor=None,
+                recipe: ExperimentRecipe | None = None, tags: Mapping[str, str] = ()) -> list[dict[str, Any]]:
+    """Train ``units`` through the executor and write each checkpoint as it arrives."""
+    from driftmatrix.runtime.executor import make_executor
+    from driftmatrix.config import runtime_config
+
+    executor = executor or make_executor(runtime_config(exp.params))
+    description, done = exp.description(), []
+    for unit, result in executor.map(train_task, recipe, units, model=exp.spec.name, context=exp,
+                                     label="train"):
+        record = unit_record(exp, unit, result, training_data(exp, unit), tags)
+        done.append(store.write(unit.key, result["state"], description, record))
+        log.info("%s seed %d cutoff %s: %d rows, %s, %.1f s", unit.model, unit.seed, unit.cutoff,
+                 result["train_rows"], result["fit"], result["seconds"])
+    return done
+
+
+def largest_first(units: Sequence[Unit], manifest: Mapping[str, Any]) -> list[Unit]:
+    """``units`` by training rows, most first (ties in plan order): side by side in workers, the
+    small units fill in at the end instead of one large unit finishing alone."""
+    return sorted(units, key=lambda u: -sum(manifest["slices"][k]["n_train"] for k in u.window))
+
+
+#: What an :class:`Experiment` and a unit import, preloaded by the local worker server.
+WORKER_MODULES = ("driftmatrix.stages.train", "driftmatrix.data.slicing", "driftmatrix.features.inputs",
+                  "driftmatrix.models.image", "driftmatrix.learn.tasks", "driftmatrix.learn.optim")
+
+
+#: What a tabular model's units import besides (the worker server preloads them for table models).
+TABULAR_MODULES = ("driftmatrix.models.tabular", "driftmatrix.features.table", "sklearn.compose", "sklearn.ensemble",
+                   "sklearn.linear_model", "skops.io", "lightgbm", "threadpoolctl")
+
+
+def start_workers(params: Params, model: str, preload: Sequence[str] = WORKER_MODULES) -> bool:
+    """Start the local worker server before this stage's own imports (``executor.start_worker_server``)."""
+    from driftmatrix.runtime.executor import start_worker_server
+    from driftmatrix.config import runtime_config
+    from driftmatrix.models.catalog import get
+
+    if get(model).inputs == "table":  # scikit-learn and friends load once, in the server workers fork from
+        preload = (*preload, *TABULAR_MODULES)
+    return start_worker_server(runtime_config(params), model, preload)
+
+
+def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
+        validation_dir: str | Path = "outputs/validation",
+        features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
+    """Train every unit of ``model``'s plan that is not done, in the environment resolved here
+    (recorded beside the checkpoints for the later stages).
+
+    No MLflow here: the evaluate stage makes each unit's run from its checkpoint record together
+    with its drift-matrix row, so this process never imports MLflow or opens its store.
+    """
+    from driftmatrix.audit.gate import overridden_checks
+    from driftmatrix.units.code import undeclared
+
+    missing = undeclared(model_options(params, model).get("estimator", ""))
+    if missing:
+        raise ConfigError(f"params.yaml: models.{model}.estimator: its code in {missing[0]} is no dependency of "
+                          f"dvc.yaml's train stage, so `dvc repro` would not retrain {model} when it changes: "
+                          "move the module to src/custom_models/ or add its path to the stage's deps")
+    start_workers(params, model)  # before torch is imported here; unused if the units run on a GPU
+    env = resolve_environment(params, model)
+    exp = Experiment(params, model, slices_dir, features_dir, env)
+    store = CheckpointStore(out_dir, model)
+    store.write_environment(env.to_dict())
+    if exp.spec.inputs == "table":
+        from driftmatrix.models.tabular import capped_features
+
+        cat = exp.inputs.cat.numpy()
+        for line in capped_features(exp.spec.build.cls, exp.info["options"], exp.meta.categorical, cat):
+            log.warning("%s: %s", model, line)
+    todo = largest_first([u for u in exp.plan.units if not store.done(u.key)], exp.manifest)
+    log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(exp.plan.units),
+             exp.plan.window.name, len(exp.plan.units) - len(todo), len(todo))
+    overrides = overridden_checks(validation_dir)
+    tags = {"validation_override": "; ".join(overrides)} if overrides else {}
+    done = train_units(exp, store, todo, recipe=ExperimentRecipe.of(params, model, slices_dir, features_dir, env),
+                       tags=tags)
+    return done

@@ -1,0 +1,198 @@
+"""What computed a unit beyond its code and data: the resolved precision, device kind, CPU threads
+(a CPU result depends on them) and the versions of the libraries that compute it.
+
+The train stage resolves the environment once (:func:`resolve_environment`), records it beside
+the checkpoints, ships it to every worker, and each worker checks that it computes the key it
+was handed. Later stages read the recorded one (:func:`recorded_environment`), so a key never
+depends on which machine runs ``matrices`` or ``status``. Libraries beyond torch and numpy key
+only the units they compute (:func:`model_libraries`; encoders: ``features.cache``). Hardware
+(CPU instruction set, GPU model) is recorded with each unit and names its runs, not its key.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import platform
+import sys
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Mapping
+
+from driftmatrix.config import Params, effective_config, runtime_config, unit_threads
+from driftmatrix.errors import DataError
+from driftmatrix.units.store import CheckpointStore
+
+
+def resolve_environment(params: Params, model: str) -> Environment:
+    """This model's environment, resolved once by the driver of the train stage."""
+    cfg, runtime = effective_config(params, model), runtime_config(params)
+    res = runtime.resources_for(model)
+    return environment_of(cfg.precision, cfg.device, unit_threads(res),
+                          remote_gpus=runtime.executor == "ray" and res.num_gpus > 0)
+
+
+def recorded_environment(params: Params, model: str, checkpoints_dir: str | Path,
+                         resolve_if_missing: bool = False) -> Environment:
+    """The environment the train stage recorded for ``model``; before any training, this machine's
+    (``resolve_if_missing``) or a one-line error."""
+    raw = CheckpointStore(checkpoints_dir, model).environment()
+    if raw is not None:
+        return Environment.from_dict(raw)
+    if resolve_if_missing:
+        return resolve_environment(params, model)
+    raise DataError(f"{Path(checkpoints_dir) / model}: no recorded environment; run `driftmatrix train -m {model}` "
+                    f"first")
+
+
+#: Libraries whose versions change a unit's numbers.
+NUMERIC_LIBRARIES = ("torch", "numpy")
+
+
+@functools.lru_cache(maxsize=None)
+def package_version(dist: str) -> str:
+    """Installed version of a distribution (package metadata, no import), or ``absent``."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "absent"
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of :data:`NUMERIC_LIBRARIES`."""
+    return {name: package_version(name) for name in NUMERIC_LIBRARIES}
+
+
+_CONTENT: dict[tuple, str] = {}
+
+
+def content_digest(path: str | Path) -> str:
+    """sha256 of a weight file's or folder's contents (every file but hidden ones, by relative
+    path, size and bytes), hashed once per process while no file's size or time changes."""
+    from driftmatrix.units.store import file_digest
+
+    root = Path(path).resolve()
+    files = [root] if root.is_file() else sorted(
+        p for p in root.rglob("*") if p.is_file() and not any(s.startswith(".") for s in p.relative_to(root).parts))
+    stats = tuple((p.relative_to(root).as_posix(), p.stat().st_size, p.stat().st_mtime_ns) for p in files)
+    if (root, stats) not in _CONTENT:
+        _CONTENT[root, stats] = hashlib.sha256("\n".join(
+            f"{rel}:{size}:{file_digest(p)}" for (rel, size, _), p in zip(stats, files)).encode()).hexdigest()
+    return _CONTENT[root, stats]
+
+
+@dataclass(frozen=True)
+class Environment:
+    """What computed a unit: the keyed part (precision, device kind, threads on CPU, libraries)
+    and, recorded only, the hardware."""
+
+    precision: str
+    device: str  # device kind: cpu | cuda
+    threads: int | None  # torch threads on CPU (they change the bits); None on a GPU
+    libraries: Mapping[str, str] = field(default_factory=dict)
+    hardware: str = ""
+
+    def keyed(self) -> dict[str, Any]:
+        return {"precision": self.precision, "device": self.device, "threads": self.threads,
+                "libraries": dict(sorted(self.libraries.items()))}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "libraries": dict(self.libraries)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "Environment":
+        return cls(str(raw["precision"]), str(raw["device"]), raw.get("threads"),
+                   dict(raw.get("libraries") or {}), str(raw.get("hardware", "")))
+
+    def differences(self, other: "Environment") -> list[str]:
+        """``field: ours != theirs`` for every keyed field that differs."""
+        a, b = self.keyed(), other.keyed()
+        return [f"{k}: {a[k]!r} != {b[k]!r}" for k in a if a[k] != b[k]]
+
+
+def cpu_hardware() -> str:
+    """``<arch> <instruction set torch dispatches to> (<CPU model>)``, e.g. ``x86_64 AVX2 (AMD EPYC)``."""
+    import torch
+
+    capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "?")()
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() in ("model name", "Model", "Hardware"):
+                model = value.strip()
+                break
+    except OSError:
+        model = platform.processor()
+    return f"{platform.machine()} {capability}" + (f" ({model})" if model else "")
+
+
+def hardware(device) -> str:
+    """What computes on ``device``: the GPU's name, or the CPU's instruction set and model."""
+    import torch
+
+    if getattr(device, "type", str(device)).startswith("cuda"):
+        return f"cuda {torch.cuda.get_device_name(device)} (capability {torch.cuda.get_device_capability(device)})"
+    return cpu_hardware()
+
+
+def environment_of(precision: str, device: str, threads: int, *, remote_gpus: bool = False) -> Environment:
+    """The environment of ``train.precision`` / ``train.device`` on this machine (the driver's).
+
+    ``remote_gpus``: units run as Ray tasks that each ask for a GPU, so ``device: auto`` means CUDA
+    even where the driver itself has none; ``precision: auto`` then needs the driver to see one
+    (else fp32, logged), so set bf16 or fp32 explicitly for such clusters.
+    """
+    from driftmatrix.config import ConfigError
+    from driftmatrix.learn.precision import resolve_device, resolve_precision
+
+    if remote_gpus and (device == "auto" or device.startswith("cuda")):
+        kind, here = "cuda", "cuda (Ray workers)"
+        try:
+            resolved = resolve_precision(precision, resolve_device(device if device != "auto" else "cuda"))
+        except ConfigError:  # the driver sees no GPU: it cannot probe the workers' bf16 units
+            resolved = "bf16" if precision == "bf16" else "fp32"
+    else:
+        dev = resolve_device(device)
+        kind, resolved, here = dev.type, resolve_precision(precision, dev), hardware(dev)
+    return Environment(resolved, kind, threads if kind == "cpu" else None, library_versions(), here)
+
+
+#: Tabular kinds whose estimator is scikit-learn's, which computes with scipy.
+SCIPY_KINDS = ("LogReg", "HistGBT", "Custom")
+
+
+def model_libraries(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
+    """Versions of the libraries that compute a tabular model's numbers (keyed with its units):
+    scikit-learn (preprocessing), skops (storage), scipy for the scikit-learn estimators (LogReg's
+    solver, the losses), LightGBM for ``LightGBM``, and for a named estimator the distributions of
+    its top-level package. Read from package metadata (no import)."""
+    from importlib import metadata
+
+    version = package_version
+    out = {"scikit-learn": version("scikit-learn"), "skops": version("skops")}
+    if kind in SCIPY_KINDS:
+        out["scipy"] = version("scipy")
+    if kind == "LightGBM":
+        out["lightgbm"] = version("lightgbm")
+    if options.get("estimator"):
+        top = str(options["estimator"]).split(".")[0]
+        for dist in metadata.packages_distributions().get(top, [top]):
+            out[dist] = version(dist)
+    return dict(sorted(out.items()))
+
+
+def where() -> dict[str, str]:
+    """Where this process computes: ``host`` (its hostname) and, inside a Ray worker or driver,
+    ``ray_node`` (the Ray node id). Recorded with each unit: which node of a cluster trained it."""
+    import socket
+
+    out = {"host": socket.gethostname()}
+    ray = sys.modules.get("ray")
+    if ray is not None:
+        with contextlib.suppress(Exception):
+            if ray.is_initialized():
+                out["ray_node"] = ray.get_runtime_context().get_node_id()
+    return out
