@@ -58,6 +58,7 @@ def main() -> None:
     from driftmatrix.stages import evaluate as evaluation
     from driftmatrix.stages import matrices
     from driftmatrix.data import slicing
+    from driftmatrix.stages import slice as slice_stage
     from driftmatrix.stages import train as train_stage
     from driftmatrix.config import parse_params
     from driftmatrix.data import synthetic_text
@@ -80,7 +81,7 @@ def main() -> None:
         _, shared["generate_s"] = timed(synthetic_text.WRITERS[params.dataset.source], params.synthetic,
                                         params.dataset.path)
         _, shared["ingest_s"] = timed(ingest.run, params, out / "ingested")
-        manifest, shared["slice_s"] = timed(slicing.run, params, out / "ingested", out / "slices")
+        manifest, shared["slice_s"] = timed(slice_stage.run, params, out / "ingested", out / "slices")
         made, shared["embed_s"] = timed(embed_stage.run, params, out / "slices", out / "features")
         n_docs = sum(s["n"] for s in manifest["slices"])
         shared.update(documents=n_docs, slices=len(manifest["slices"]))

@@ -3,7 +3,7 @@
     python bench/validation_speed.py [--rows 100000] [--slices 20]
 
 Builds a synthetic multiclass text table (slices folder per docs/CONTRACTS.md) in a temporary
-folder, then times ``driftmatrix.audit.gate.run`` (GX import excluded and reported separately:
+folder, then times ``driftmatrix.stages.validate.run`` (GX import excluded and reported separately:
 it is paid once per process).
 """
 
@@ -25,6 +25,8 @@ def main() -> None:
     args = ap.parse_args()
 
     from driftmatrix.audit import gate
+
+    from driftmatrix.stages import validate as validate_stage
     from testkit.slices import make_slices, write_slices
     from driftmatrix.config import parse_params
 
@@ -38,7 +40,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         slices = write_slices(Path(tmp) / "slices", rows, manifest)
         t0 = time.perf_counter()
-        summary = gate.run(params, slices, Path(tmp) / "validation", echo=lambda _: None)
+        summary = validate_stage.run(params, slices, Path(tmp) / "validation", echo=lambda _: None)
         seconds = time.perf_counter() - t0
     print(f"validated {len(rows):,} rows in {args.slices} slices: {seconds:.2f} s "
           f"({seconds / args.slices:.3f} s per slice; GX import {t_import:.2f} s once per process); "

@@ -73,6 +73,7 @@ def test_scoring_before_training_names_the_missing_checkpoints_and_the_command(t
 
     from driftmatrix.stages import evaluate as evaluation
     from driftmatrix.data import slicing
+    from driftmatrix.stages import slice as slice_stage
     from driftmatrix.data import synthetic
     from driftmatrix.stages import ingest
     from driftmatrix.data.table import DataError
@@ -80,7 +81,7 @@ def test_scoring_before_training_names_the_missing_checkpoints_and_the_command(t
     params = tiny_params(tmp_path, runtime={"workers": 1})
     synthetic.write_dataset(params.synthetic, tmp_path / "raw")
     ingest.run(params, tmp_path / "ingested")
-    slicing.run(params, tmp_path / "ingested", tmp_path / "slices")
+    slice_stage.run(params, tmp_path / "ingested", tmp_path / "slices")
     with pytest.raises(DataError, match=r"8 of 8 units of MLP-S have no checkpoint \(first: seed 0 cutoff 1950\); "
                                         r"run `driftmatrix train -m MLP-S` first"):
         evaluation.run(params, "MLP-S", tmp_path / "slices", tmp_path / "ckpts", tmp_path / "scores")

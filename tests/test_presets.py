@@ -83,6 +83,7 @@ def test_yearbook_counts_and_slices_agree_with_the_published_matrices():
 
 def test_yearbook_preset_gate_passes_the_tiny_years_and_still_reports_them(tmp_path):
     from driftmatrix.audit import gate
+    from driftmatrix.stages import validate as validate_stage
     from testkit.slices import write_slices
 
     params = load_params(PRESETS / "yearbook.yaml")
@@ -90,7 +91,7 @@ def test_yearbook_preset_gate_passes_the_tiny_years_and_still_reports_them(tmp_p
     rows, manifest = make_slices(yearbook_table(early), IMAGE, params.slicing)
     manifest["data_version"] = "test"
     slices = write_slices(tmp_path / "slices", rows.drop(columns=["_pos", "_start", "_label"]), manifest)
-    summary = gate.run(params, slices, tmp_path / "validation", echo=lambda _: None)
+    summary = validate_stage.run(params, slices, tmp_path / "validation", echo=lambda _: None)
     assert summary["passed"]
     warned = {(w["slice"], w["expectation"]) for w in summary["warnings"]}
     assert ("1924", "classes_present") in warned  # one portrait: one class, visible as a warning

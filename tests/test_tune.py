@@ -21,6 +21,7 @@ TUNE = {"cutoff": 1954, "validation_periods": V, "n_trials": 2, "seed": 0, "prun
 @pytest.fixture(scope="module")
 def slices(tmp_path_factory):
     from driftmatrix.data import slicing
+    from driftmatrix.stages import slice as slice_stage
     from driftmatrix.data import synthetic
     from driftmatrix.stages import ingest
 
@@ -36,7 +37,7 @@ def slices(tmp_path_factory):
     params = parse_params(raw)
     synthetic.write_dataset(params.synthetic, tmp / "raw")
     ingest.run(params, tmp / "ingested")
-    slicing.run(params, tmp / "ingested", tmp / "slices")
+    slice_stage.run(params, tmp / "ingested", tmp / "slices")
     torch.set_num_threads(2)
     return tmp, params
 

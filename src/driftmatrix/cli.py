@@ -65,7 +65,7 @@ def refuse_foreign_table(dataset, target: Path) -> None:
     """For ``source: table`` the built-in generator writes only its own customer table: a table of
     the user's that is not there yet is a one-line error, not a folder of generated data."""
     from driftmatrix.data.synthetic_table import COLUMNS
-    from driftmatrix.data.table import DataError
+    from driftmatrix.errors import DataError
 
     options = dict(dataset.options or {})
     if dataset.source == "table" and not (options.get("label") == COLUMNS[-1] and options.get("input") is None):
@@ -106,10 +106,6 @@ def ingest(params: Path = PARAMS_OPT, strict: bool = typer.Option(False, help="A
 
     from driftmatrix.stages import ingest as stage
 
-    from driftmatrix.reporting import html
-
-    from driftmatrix.features import table
-
     p = _params(params)
     overrides = _parse_options(option)
     if overrides or path is not None:
@@ -140,10 +136,9 @@ def slice_cmd(params: Path = PARAMS_OPT, src: Path = typer.Option(Path("outputs/
               out: Path = typer.Option(Path("outputs/slices"))) -> None:
     """Cut the table into periods (slicing.period x width), drop slices under slicing.min_samples
     (reported), split each into train and test (slicing.test_fraction, stratified)."""
-    from driftmatrix.data import slicing
+    from driftmatrix.stages import slice as stage
 
-    manifest = slicing.run(_params(params), src, out)
-    typer.echo(slicing.describe(manifest))
+    typer.echo(stage.describe(stage.run(_params(params), src, out)))
 
 
 @app.command()
@@ -151,11 +146,12 @@ def validate(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("output
              out: Path = typer.Option(Path("outputs/validation"))) -> None:
     """Great Expectations gate on every slice. A failed critical check of the data exits 1 (a
     mistake in params.yaml exits 2, as everywhere); see docs/audit.md."""
-    from driftmatrix.audit import gate
+    from driftmatrix.audit.gate import ValidationFailed
+    from driftmatrix.stages import validate as stage
 
     try:
-        gate.run(_params(params), slices, out, echo=typer.echo)
-    except gate.ValidationFailed as exc:
+        stage.run(_params(params), slices, out, echo=typer.echo)
+    except ValidationFailed as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1)
 
@@ -181,9 +177,9 @@ def embed(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/s
           model: list[str] = typer.Option([], "--model", "-m", help="Only the encoders of these models "
                                           "(repeatable; default: every model in params.yaml).")) -> None:
     """Run each frozen encoder the configured models need once over every row; resumable."""
+    from driftmatrix.stages import embed as stage
 
-    from driftmatrix.stages import embed as embed_stage
-    for m in embed_stage.run(_params(params), slices, out, model or None):
+    for m in stage.run(_params(params), slices, out, model or None):
         typer.echo(f"{m['encoder']}: {m['n']} rows, dim {m['dim']}, "
                    f"{'token states + pooled' if m['has_states'] else 'pooled'} -> {m['path']}")
 
@@ -194,8 +190,9 @@ def train(model: str = typer.Option(..., "--model", "-m", help="Registry name, e
           out: Path = typer.Option(Path("outputs/checkpoints")), features: Path = FEATURES_OPT) -> None:
     """Train a fresh model per (cutoff, seed) on its training window (train.window: the cumulative
     history by default); skips the units already trained under the same key."""
-    from driftmatrix.stages import train as train_stage
-    train_stage.run(_params(params), model, slices, out, features_dir=features)
+    from driftmatrix.stages import train as stage
+
+    stage.run(_params(params), model, slices, out, features_dir=features)
 
 
 @app.command()
@@ -204,9 +201,9 @@ def evaluate(model: str = typer.Option(..., "--model", "-m"), params: Path = PAR
              checkpoints: Path = typer.Option(Path("outputs/checkpoints")),
              out: Path = typer.Option(Path("outputs/scores")), features: Path = FEATURES_OPT) -> None:
     """Score every checkpoint on every slice in one pass; write drift-matrix rows."""
-    from driftmatrix.stages import evaluate as evaluation
+    from driftmatrix.stages import evaluate as stage
 
-    evaluation.run(_params(params), model, slices, checkpoints, out, features_dir=features)
+    stage.run(_params(params), model, slices, checkpoints, out, features_dir=features)
 
 
 @app.command()
@@ -219,8 +216,8 @@ def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
     (numbers only; `driftmatrix report` draws and logs them)."""
     from driftmatrix.stages import matrices as stage
 
-    stage.run(_params(params), scores, out, slices_dir=slices, metrics_path=metrics or estimates.DVC_METRICS,
-              plots_dir=plots or matrices.DVC_MATRICES)
+    stage.run(_params(params), scores, out, slices_dir=slices, metrics_path=metrics or stage.DVC_METRICS,
+              plots_dir=plots or stage.DVC_MATRICES)
 
 
 @app.command()
@@ -237,9 +234,9 @@ def backtest(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
     from driftmatrix.stages import estimates as stage
 
     if matrices is not None:
-        result = estimates.run_matrices(matrices, out)
+        result = stage.run_matrices(matrices, out)
     else:
-        result = stage.run(_params(params), slices, scores, out, metrics or estimates.DVC_METRICS, track=track)
+        result = stage.run(_params(params), slices, scores, out, metrics or stage.DVC_METRICS, track=track)
     for model, s in result.items():
         ahead = s.get("previous_period") or {}
         typer.echo(f"{model}: noise floor {s['noise_floor']}, method chosen per period from earlier periods: "
@@ -292,12 +289,12 @@ def status(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outputs/
     what `dvc repro` would do about it (reads files only; nothing runs)."""
     from driftmatrix.units import status as stage
 
-    statuses = status.read_status(_params(params), slices, checkpoints, scores)
+    statuses = stage.read_status(_params(params), slices, checkpoints, scores)
     for s in statuses:
-        typer.echo(html.render(s) + "\n")
+        typer.echo(stage.render(s) + "\n")
     typer.echo(f"legend: {stage.DONE} done, {stage.STALE} stale (trained under other settings or data: redone), "
-               f"{table.MISSING} missing")
-    typer.echo("dvc repro would:\n" + "\n".join(f"  {line}" for line in status.would_do(statuses)))
+               f"{stage.MISSING} missing")
+    typer.echo("dvc repro would:\n" + "\n".join(f"  {line}" for line in stage.would_do(statuses)))
     typer.echo("(from the current outputs/slices; if the raw data or slicing changed, the slice stage "
                "runs first and the plan follows it)")
 
@@ -382,7 +379,7 @@ def importance(params: Path = PARAMS_OPT, slices: Path = typer.Option(Path("outp
                out: Path = typer.Option(Path("outputs/importance")), features: Path = FEATURES_OPT) -> None:
     """Permutation importance of every tabular model per cutoff, on each cutoff's held-out rows:
     a features x cutoffs heatmap per model (outputs/importance/report.html)."""
-    from driftmatrix.explain import importance as stage
+    from driftmatrix.stages import importance as stage
 
     for model, res in stage.run(_params(params), slices, checkpoints, out, features).items():
         last = [row[-1] for row in res["values"]]
@@ -505,8 +502,7 @@ def main() -> None:
     try:
         app()
     except Exception as exc:  # clear one-line errors for known user mistakes
-        from driftmatrix.config import ConfigError
-        from driftmatrix.data.table import DataError
+        from driftmatrix.errors import ConfigError, DataError
         from driftmatrix.tracking.server import explain, redact
 
         if isinstance(exc, (ConfigError, DataError)):

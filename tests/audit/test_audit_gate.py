@@ -9,6 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from driftmatrix.audit import gate
+
+from driftmatrix.stages import validate as validate_stage
 from testkit.slices import make_slices, write_slices
 from driftmatrix.audit.validation import ValidationConfig
 from driftmatrix.cli import app
@@ -37,7 +39,7 @@ def _corrupted(tmp_path, dup_rows=5):
 
 
 def _run(tmp_path, slices, validation=None):
-    return gate.run(parse_params(_params(validation)), slices, tmp_path / "validation", echo=lambda _: None)
+    return validate_stage.run(parse_params(_params(validation)), slices, tmp_path / "validation", echo=lambda _: None)
 
 
 def test_clean_slices_pass_and_results_have_the_documented_shape(tmp_path):
@@ -217,7 +219,7 @@ def _tweets(tmp_path, classes=None):
 
 def test_multiclass_classes_that_come_and_go_are_warnings_with_counts(tmp_path):
     params, paths = _tweets(tmp_path)
-    summary = gate.run(params, paths.slices, paths.validation, echo=lambda _: None)
+    summary = validate_stage.run(params, paths.slices, paths.validation, echo=lambda _: None)
     assert summary["passed"] is True and summary["failures"] == []
     absent = {w["slice"]: w["observed"] for w in summary["warnings"] if w["expectation"] == "classes_in_slice"}
     assert sorted(absent) == ["2000", "2001", "2002", "2003"]
@@ -231,7 +233,7 @@ def test_multiclass_classes_that_come_and_go_are_warnings_with_counts(tmp_path):
 def test_multiclass_class_absent_from_every_training_window_still_fails(tmp_path):
     params, paths = _tweets(tmp_path, classes=["app", "bot", "lite", "web", "sms"])
     with pytest.raises(gate.ValidationFailed) as err:
-        gate.run(params, paths.slices, paths.validation, echo=lambda _: None)
+        validate_stage.run(params, paths.slices, paths.validation, echo=lambda _: None)
     assert "slice 2003: classes_present failed" in str(err.value) and '"sms": 0' in str(err.value)
     assert [f["expectation"] for f in json.loads((paths.validation / "summary.json").read_text())["failures"]] == [
         "classes_present"]

@@ -10,7 +10,10 @@ import pandas as pd
 import pytest
 
 from driftmatrix.audit import gate
+
+from driftmatrix.stages import validate as validate_stage
 from driftmatrix.stages import audit as stage
+from driftmatrix.audit import measures
 from testkit.slices import make_slices, write_slices
 from driftmatrix.config import parse_params
 
@@ -34,7 +37,7 @@ def _audit(tmp_path):
                                          covariate_shift=8.0)
     slices = write_slices(tmp_path / "slices", rows, manifest, images)
     params = parse_params({"models": {"MLP-S": {}}, "audit": AUDIT, "tracking": {"experiment": "audit-test"}})
-    gate.run(params, slices, tmp_path / "validation", echo=lambda _: None)
+    validate_stage.run(params, slices, tmp_path / "validation", echo=lambda _: None)
     result = stage.run(params, slices, tmp_path / "audit", tmp_path / "validation")
     return tmp_path, result
 
@@ -109,7 +112,7 @@ def test_text_slices_get_a_vocabulary_overlap_matrix_read_as_drift(tmp_path):
 
     rows, manifest, _ = make_slices(k=K, per_slice=80, covariate_shift=10.0)
     slices = load_slices(write_slices(tmp_path / "slices", rows, manifest))
-    audit = stage.compute(slices, stage.AuditConfig(top_n=100))
+    audit = measures.compute(slices, measures.AuditConfig(top_n=100))
     (vocab,) = [m for m in audit.measures if m.name == "vocab_overlap"]
     assert np.all(np.diff(vocab.values[0]) < 0)          # overlap falls with distance ...
     assert np.all(np.diff(vocab.drift[0]) > 0)           # ... so its drift reading rises
@@ -125,11 +128,11 @@ def test_window_drift_of_a_feature_table_uses_its_numeric_columns(tmp_path):
     rows["feat:a"] = rng.normal(size=len(rows)) * 100 + rows["slice"].to_numpy() * 300.0  # drifts, large scale
     rows["feat:b"] = np.where(rng.random(len(rows)) < 0.1, np.nan, rng.normal(size=len(rows)))
     slices = load_slices(write_slices(tmp_path / "slices", rows, {**manifest, "dataset": meta}))
-    window = stage.window_drift(slices, stage.AuditConfig(mmd_samples=40))
+    window = measures.window_drift(slices, measures.AuditConfig(mmd_samples=40))
     assert window.info["features"] == "numeric features, standardised"
     assert np.all(np.diff(window.values[0, 1:]) > 0) and np.isnan(window.values[np.tril_indices(4)]).all()
-    assert stage.window_drift(load_slices(write_slices(tmp_path / "text", *make_slices(k=3)[:2])),
-                              stage.AuditConfig()) is None  # text without embeddings: none
+    assert measures.window_drift(load_slices(write_slices(tmp_path / "text", *make_slices(k=3)[:2])),
+                              measures.AuditConfig()) is None  # text without embeddings: none
 
 
 def test_cached_features_get_an_mmd_matrix(tmp_path):
@@ -140,9 +143,9 @@ def test_cached_features_get_an_mmd_matrix(tmp_path):
     feats = rng.normal(size=(len(rows), 16)) + rows["slice"].to_numpy()[:, None] * 0.5
     np.save(tmp_path / "enc.npy", feats.astype(np.float32))
     slices = load_slices(write_slices(tmp_path / "slices", rows, manifest))
-    cfg = stage.AuditConfig(top_n=50, features=(str(tmp_path / "enc.npy"),), mmd_samples=50, permutations=30)
-    (mmd,) = [m for m in stage.covariate_measures(slices, cfg) if m.name == "mmd_enc"]
+    cfg = measures.AuditConfig(top_n=50, features=(str(tmp_path / "enc.npy"),), mmd_samples=50, permutations=30)
+    (mmd,) = [m for m in measures.covariate_measures(slices, cfg) if m.name == "mmd_enc"]
     assert mmd.values[0, 2] > mmd.values[0, 1] > 0 and mmd.pvalues[0, 2] < 0.05
     np.save(tmp_path / "bad.npy", feats[:10])
     with pytest.raises(Exception, match="bad.npy has 10 rows"):
-        stage.covariate_measures(slices, stage.AuditConfig(features=(str(tmp_path / "bad.npy"),)))
+        measures.covariate_measures(slices, measures.AuditConfig(features=(str(tmp_path / "bad.npy"),)))

@@ -31,6 +31,7 @@ def small_raw(tmp, **extra):
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     from driftmatrix.data import slicing
+    from driftmatrix.stages import slice as slice_stage
     from driftmatrix.data import synthetic
     from driftmatrix.stages import ingest
     from driftmatrix.stages.evaluate import sync
@@ -46,7 +47,7 @@ def trained(tmp_path_factory):
         params = parse_params(raw)
         synthetic.write_dataset(params.synthetic, tmp / "raw")
         ingest.run(params, tmp / "ingested")
-        slicing.run(params, tmp / "ingested", tmp / "slices")
+        slice_stage.run(params, tmp / "ingested", tmp / "slices")
         for model in MODELS:  # one unit per model, stored and tracked as the train stage does
             exp = Experiment(params, model, tmp / "slices")
             store = CheckpointStore(tmp / "checkpoints", model)

@@ -115,6 +115,8 @@ def test_stage_runs_a_frozen_encoder_head_from_pixels(tmp_path):
     import torch
 
     from driftmatrix.data import slicing
+
+    from driftmatrix.stages import slice as slice_stage
     from driftmatrix.config import parse_params
     from driftmatrix.data import synthetic
     from driftmatrix.stages import ingest
@@ -129,7 +131,7 @@ def test_stage_runs_a_frozen_encoder_head_from_pixels(tmp_path):
         "train": {"seeds": [0], "epochs": 1, "device": "cpu"}, "models": {"EffNet-L0": {}}})
     synthetic.write_dataset(params.synthetic, tmp_path / "raw")
     ingest.run(params, tmp_path / "ingested")
-    slicing.run(params, tmp_path / "ingested", tmp_path / "slices")
+    slice_stage.run(params, tmp_path / "ingested", tmp_path / "slices")
     embed_stage.run(params, tmp_path / "slices", tmp_path / "features")
     exp = Experiment(params, "EffNet-L0", tmp_path / "slices", tmp_path / "features")
     train_units(exp, CheckpointStore(tmp_path / "checkpoints", "EffNet-L0"), [exp.plan.unit(0, 1)])

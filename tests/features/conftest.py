@@ -25,6 +25,7 @@ def counting_encoder(monkeypatch):
 def review_slices(tmp_path_factory):
     """Generated reviews, ingested and sliced once: (params, slices dir)."""
     from driftmatrix.data import slicing
+    from driftmatrix.stages import slice as slice_stage
     from driftmatrix.data import synthetic_text
     from driftmatrix.stages import ingest
 
@@ -32,5 +33,5 @@ def review_slices(tmp_path_factory):
     params = text_params(root)
     synthetic_text.write_reviews(params.synthetic, params.dataset.path)
     ingest.run(params, root / "ingested")
-    slicing.run(params, root / "ingested", root / "slices")
+    slice_stage.run(params, root / "ingested", root / "slices")
     return params, root / "slices"

@@ -83,6 +83,7 @@ def test_weights_map_in_order_with_shapes_checked():
 
 def test_image_heads_train_on_cached_pooled_features(tmp_path, tiny_params):
     from driftmatrix.data import slicing
+    from driftmatrix.stages import slice as slice_stage
     from driftmatrix.data import synthetic
     from driftmatrix.stages import ingest
     from driftmatrix.units.experiment import Experiment
@@ -91,7 +92,7 @@ def test_image_heads_train_on_cached_pooled_features(tmp_path, tiny_params):
                          models={"EffNet-L0": {}, "MLP-S": {}})
     synthetic.write_dataset(params.synthetic, params.dataset.path)
     ingest.run(params, tmp_path / "ingested")
-    slicing.run(params, tmp_path / "ingested", tmp_path / "slices")
+    slice_stage.run(params, tmp_path / "ingested", tmp_path / "slices")
     (made,) = embed_stage.run(params, tmp_path / "slices", tmp_path / "features")  # MLP-S reads pixels: no cache
     assert made["encoder"] == "EffNet-L0" and made["dim"] == 1280 and not made["has_states"]
     assert Path(made["path"]).name.startswith("EffNet-L0-224px-")

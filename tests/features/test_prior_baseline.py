@@ -45,6 +45,7 @@ class HashedBagOfWords:
 def reviews(tmp_path_factory):
     """presets/text-reviews.yaml (12 half-years of generated reviews), sliced and embedded."""
     from driftmatrix.data import slicing
+    from driftmatrix.stages import slice as slice_stage
     from driftmatrix.data import synthetic_text
     from driftmatrix.stages import ingest
     from driftmatrix.features import cache, encoders
@@ -59,7 +60,7 @@ def reviews(tmp_path_factory):
     params = parse_params(raw)
     synthetic_text.write_reviews(params.synthetic, params.dataset.path)
     ingest.run(params, root / "ingested")
-    slicing.run(params, root / "ingested", root / "slices")
+    slice_stage.run(params, root / "ingested", root / "slices")
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(encoders, "load", lambda name, sources=None, device=None: HashedBagOfWords())
         embed_stage.run(params, root / "slices", root / "features")

@@ -8,6 +8,7 @@ import pytest
 
 from driftmatrix.stages import report
 from driftmatrix.stages import audit as stage
+from driftmatrix.audit import measures
 from driftmatrix.audit.slices import load_slices
 from testkit.slices import make_slices, write_slices
 from driftmatrix.config import parse_params
@@ -24,8 +25,8 @@ def folders(tmp_path_factory):
     rows, manifest, images = make_slices(k=K, per_slice=100, input_kind="image", label_shift=0.5,
                                          covariate_shift=8.0)
     slices = load_slices(write_slices(root / "slices", rows, manifest, images), images=True)
-    cfg = stage.AuditConfig(mmd_samples=80, permutations=50, image_size=4)
-    stage.write_tables(stage.compute(slices, cfg), root / "audit")
+    cfg = measures.AuditConfig(mmd_samples=80, permutations=50, image_size=4)
+    stage.write_tables(measures.compute(slices, cfg), root / "audit")
     (root / "audit" / "report.html").write_text("<html></html>")
     d = np.abs(np.subtract.outer(np.arange(K), np.arange(K)))
     values = (90.0 - 4 * d).tolist()

@@ -17,7 +17,7 @@ def _ui_recipe() -> list[str]:
         out = subprocess.run(["make", "-n", "-C", str(REPO), "ui", "MLFLOW_TRACKING_URI="],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
-        return [ln for ln in out.stdout.splitlines() if "mlflow ui" in ln or "reporting.ui" in ln]
+        return [ln for ln in out.stdout.splitlines() if "mlflow ui" in ln or "tracking.ui" in ln]
     text = (REPO / "Makefile").read_text()
     recipe = re.search(r"^ui:.*\n((?:\t.*\n)+)", text, re.M).group(1)
     host = re.search(r"^UI_HOST := (\S+)", text, re.M).group(1)

@@ -13,6 +13,7 @@ from driftmatrix.stages import evaluate as evaluation
 from driftmatrix.stages import matrices
 from driftmatrix.stages import train as train_stage
 from driftmatrix.audit import gate
+from driftmatrix.stages import validate as validate_stage
 from testkit.pipeline import Paths, prepare
 
 from conftest import make_table_params
@@ -46,7 +47,7 @@ def test_a_table_whose_features_are_named_like_internal_columns_runs_end_to_end(
     assert set(RESERVED) <= {*meta["numeric"], *meta["categorical"]}
     assert json.loads((paths.ingested / "report.json").read_text())["per_period"] == {
         str(y): 60 for y in range(2015, 2019)}  # 20150601-style dates land in their year
-    gate.run(params, paths.slices, paths.validation, echo=lambda _: None)
+    validate_stage.run(params, paths.slices, paths.validation, echo=lambda _: None)
     for model in models:
         train_stage.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
                      features_dir=paths.features)

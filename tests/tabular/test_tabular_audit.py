@@ -9,7 +9,9 @@ import pytest
 
 from driftmatrix.audit import features as fd
 from driftmatrix.audit import gate
+from driftmatrix.stages import validate as validate_stage
 from driftmatrix.stages import audit as stage
+from driftmatrix.audit import measures
 from driftmatrix.audit.slices import load_slices
 
 
@@ -22,7 +24,7 @@ def test_ks_and_js_distance_bounds():
 
 def test_the_audit_names_the_drifting_features(sliced):
     params, paths = sliced
-    audit = stage.compute(load_slices(paths.slices), stage.AuditConfig())
+    audit = measures.compute(load_slices(paths.slices), measures.AuditConfig())
     ranking = [f for f, _ in audit.features["ranking"]]
     for drifting in ("age", "income", "channel"):  # the generator moves these (synthetic_table)
         for stable in ("plan", "tenure", "score"):
@@ -46,7 +48,7 @@ def test_audit_stage_writes_the_feature_section(sliced, tmp_path, mlflow_store):
 
 def test_the_gate_checks_feature_columns_with_the_override_mechanism(sliced, tmp_path):
     params, paths = sliced
-    summary = gate.run(params, paths.slices, tmp_path / "v1", echo=lambda _: None)
+    summary = validate_stage.run(params, paths.slices, tmp_path / "v1", echo=lambda _: None)
     warned = {(w["slice"], w["expectation"]) for w in summary["warnings"]}
     assert ("2004", "unseen_share") in warned and not summary["failures"]
     results = json.loads((tmp_path / "v1" / "results.json").read_text())
@@ -58,8 +60,8 @@ def test_the_gate_checks_feature_columns_with_the_override_mechanism(sliced, tmp
     from dataclasses import replace
 
     with pytest.raises(gate.ValidationFailed) as err:
-        gate.run(replace(params, extra=strict), paths.slices, tmp_path / "v2", echo=lambda _: None)
+        validate_stage.run(replace(params, extra=strict), paths.slices, tmp_path / "v2", echo=lambda _: None)
     assert "slice 2004: unseen_share failed" in str(err.value) and "missing_share failed" in str(err.value)
     allowed = {**strict, "validation": {**strict["validation"], "override": ["2004:unseen_share", "*:missing_share"]}}
-    summary = gate.run(replace(params, extra=allowed), paths.slices, tmp_path / "v3", echo=lambda _: None)
+    summary = validate_stage.run(replace(params, extra=allowed), paths.slices, tmp_path / "v3", echo=lambda _: None)
     assert summary["passed"] and ("2004", "unseen_share") in {(o["slice"], o["expectation"]) for o in summary["overridden"]}

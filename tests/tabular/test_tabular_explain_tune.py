@@ -8,6 +8,7 @@ import numpy as np
 
 from driftmatrix.stages import train as train_stage
 from driftmatrix.explain import importance
+from driftmatrix.stages import importance as importance_stage
 
 
 def test_importance_per_cutoff_on_held_out_rows(sliced, tmp_path):
@@ -15,7 +16,7 @@ def test_importance_per_cutoff_on_held_out_rows(sliced, tmp_path):
     for model in ("HistGBT", "LogReg"):
         train_stage.run(params, model, paths.slices, paths.checkpoints, validation_dir=paths.validation,
                      features_dir=paths.features)
-    out = importance.run(params, paths.slices, paths.checkpoints, tmp_path / "imp", paths.features)
+    out = importance_stage.run(params, paths.slices, paths.checkpoints, tmp_path / "imp", paths.features)
     assert set(out) == {"HistGBT", "LogReg", "LightGBM", "MLP-Tab"}  # every tabular model of params.yaml
     res = json.loads((tmp_path / "imp" / "HistGBT.json").read_text())
     values = np.array(res["values"], dtype=float)

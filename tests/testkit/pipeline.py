@@ -47,13 +47,14 @@ class Paths:
 def prepare(params: Params, paths: Paths, generate: bool = False) -> None:
     """Ingest and slice; with ``generate``, first write the built-in dataset to ``dataset.path``."""
     from driftmatrix.data import slicing
+    from driftmatrix.stages import slice as slice_stage
     from driftmatrix.data import synthetic
     from driftmatrix.stages import ingest
 
     if generate:
         synthetic.write_builtin(params.dataset.source, params.synthetic, params.dataset.path)
     ingest.run(params, paths.ingested)
-    slicing.run(params, paths.ingested, paths.slices)
+    slice_stage.run(params, paths.ingested, paths.slices)
 
 
 def train_and_evaluate(params: Params, paths: Paths, models: list[str] | None = None) -> None:
@@ -76,9 +77,10 @@ def run_all(params: Params, paths: Paths = Paths(), generate: bool = False) -> N
     from driftmatrix.stages import matrices
     from driftmatrix.stages import report
     from driftmatrix.audit import gate
+    from driftmatrix.stages import validate as validate_stage
 
     prepare(params, paths, generate)
-    gate.run(params, paths.slices, paths.validation, echo=lambda text: log.info("%s", text))
+    validate_stage.run(params, paths.slices, paths.validation, echo=lambda text: log.info("%s", text))
     train_and_evaluate(params, paths)
     matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)
     report.run(paths.matrices, paths.root / "report" / "report.html", audit=paths.root / "audit" / "report.html",

@@ -12,8 +12,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from driftmatrix.audit.slices import load_slices
-from driftmatrix.audit.validation import ValidationConfig, validate_slices
+from driftmatrix.audit.validation import ValidationConfig
 
 
 class ValidationFailed(RuntimeError):
@@ -95,32 +94,6 @@ def failure_message(summary: Mapping[str, Any]) -> str:
     rules = ", ".join(json.dumps(r) for r in override_rules(items))
     return ("validation failed (critical checks):\n" + "\n".join(f"  {describe_failure(i)}" for i in items)
             + f"\nto proceed knowingly, list them in params.yaml validation.override: [{rules}]")
-
-
-def write(out_dir: Path, annotated: list, summary: Mapping[str, Any], extra: Mapping[str, Any]) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "results.json").write_text(json.dumps({**extra, "slices": annotated}, indent=2))
-    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2))
-    (out_dir / "summary.md").write_text(summary_markdown(annotated, summary))
-
-
-def run(params: Any, slices_dir: str | Path, out_dir: str | Path, echo=print) -> dict[str, Any]:
-    """Validate every slice, write the three files, print the summary; raise if the gate is closed."""
-    cfg = ValidationConfig.from_params(params.extra.get("validation"))
-    slices = load_slices(slices_dir)
-    annotated, summary = decide(validate_slices(slices, cfg), cfg)
-    out_dir = Path(out_dir)
-    write(out_dir, annotated, summary, {"dataset": slices.meta.name, "config": _config_dict(cfg)})
-    echo((out_dir / "summary.md").read_text())
-    if not summary["passed"]:
-        raise ValidationFailed(failure_message(summary))
-    return summary
-
-
-def _config_dict(cfg: ValidationConfig) -> dict[str, Any]:
-    return {"min_rows": cfg.min_rows, "class_share": {"min": cfg.share_min, "max": cfg.share_max},
-            "relative": {"max_change": cfg.max_change}, "split_tolerance": cfg.split_tolerance,
-            "critical": list(cfg.critical), "override": list(cfg.override)}
 
 
 def overridden_checks(validation_dir: str | Path = "outputs/validation") -> list[str]:

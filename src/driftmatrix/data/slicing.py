@@ -14,12 +14,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from driftmatrix.config import Params, SlicingConfig, fingerprint
-from driftmatrix.data.table import DataError, DatasetMeta, load_ingested
+from driftmatrix.config import SlicingConfig
+from driftmatrix.data.table import DataError, DatasetMeta
 from driftmatrix.data.periods import PERIOD_MONTHS, slice_label
 
 log = logging.getLogger(__name__)
-
 
 
 def period_bins(timestamps: pd.Series, period: str = "year", width: int = 1) -> tuple[pd.Series, pd.Series]:
@@ -125,27 +124,6 @@ def label_counts(part: pd.DataFrame, meta: DatasetMeta) -> dict[str, int]:
     return {names[int(k)]: int(v) for k, v in col.value_counts().sort_index().items()}
 
 
-def run(params: Params, src: str | Path, out: str | Path) -> dict[str, Any]:
-    """Slice the ingested table and write ``rows.parquet``, ``images.npy`` and ``manifest.json``."""
-    ingested = load_ingested(src)
-    rows, manifest = make_slices(ingested.table, ingested.meta, params.slicing)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    positions = rows["_pos"].to_numpy()
-    rows = rows.drop(columns=["_pos", "_start", "_label"])
-    images = ingested.images[positions] if ingested.images is not None else None
-    if images is not None:
-        np.save(out / "images.npy", images)
-    rows.to_parquet(out / "rows.parquet", index=False)
-    for info, digest in zip(manifest["slices"], slice_content_hashes(rows, images, manifest)):
-        info["hash"] = digest
-    manifest["data_version"] = fingerprint(
-        pd.util.hash_pandas_object(rows.drop(columns=["timestamp"]), index=False).sum().item(),
-        manifest["slices"], str(ingested.images.sum()) if ingested.images is not None else "")
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
-    return manifest
-
-
 def slice_content_hashes(rows: pd.DataFrame, images: np.ndarray | None,
                          manifest: dict[str, Any]) -> list[str]:
     """One content hash per slice: its label, every column of its rows but the slice index
@@ -165,18 +143,6 @@ def slice_content_hashes(rows: pd.DataFrame, images: np.ndarray | None,
             h.update(np.ascontiguousarray(images[sel]).tobytes())
         out.append(h.hexdigest()[:16])
     return out
-
-
-def describe(manifest: dict[str, Any]) -> str:
-    """Short terminal table of the slices and what was dropped."""
-    lines = [f"{len(manifest['slices'])} slices ({manifest['period']} x {manifest['width']}), "
-             f"split seed {manifest['split_seed']}, data version {manifest.get('data_version', '?')}"]
-    for s in manifest["slices"]:
-        counts = ", ".join(f"{k}={v}" for k, v in s["label_counts"].items())
-        lines.append(f"  {s['label']:>12}  n={s['n']:>6}  train={s['n_train']:>6}  test={s['n_test']:>5}  {counts}")
-    for d in manifest["dropped"]:
-        lines.append(f"  dropped slice {d['label']}: {d['n']} rows ({d['reason']})")
-    return "\n".join(lines)
 
 
 def read_manifest(slices_dir: str | Path) -> dict[str, Any]:
