@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_code_keys import insert_statement, reword_reports
+from testkit.codekeys import insert_statement, reword_reports
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent

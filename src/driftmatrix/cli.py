@@ -220,8 +220,8 @@ def matrices(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("output
               plots_dir=plots or stage.DVC_MATRICES)
 
 
-@app.command()
-def backtest(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("outputs/scores")),
+@app.command("estimates")
+def estimates_cmd(params: Path = PARAMS_OPT, scores: Path = typer.Option(Path("outputs/scores")),
              slices: Path = typer.Option(Path("outputs/slices")),
              out: Path = typer.Option(Path("outputs/estimates")),
              metrics: Path = typer.Option(None, help="DVC metrics file [default: metrics/estimates.json]."),

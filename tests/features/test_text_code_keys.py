@@ -1,12 +1,12 @@
 """Text units over cached token states are keyed by every function that trains and scores them
-(tests/test_code_keys.py)."""
+(tests/units/test_code_keys.py)."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
 import pytest
-from test_code_keys import untraced
+from testkit.codekeys import untraced
 from textfixtures import text_params
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from testkit.pipeline import Paths, run_all
-from servekit import held_out, in_process
+from testkit.serving import held_out, in_process
 
 TEXT_MODELS = {"FFN-S": {}, "MiniLM-L6": {}, "Prior": {}}  # token states, a frozen encoder's head, no input
 CUTOFF, SEED = 1, 0

@@ -1,11 +1,11 @@
-"""Tabular units are keyed by every function that trains and scores them (tests/test_code_keys.py)."""
+"""Tabular units are keyed by every function that trains and scores them (tests/units/test_code_keys.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from conftest import TABULAR
-from test_code_keys import untraced
+from testkit.codekeys import untraced
 
 
 @pytest.mark.parametrize("model", TABULAR)
@@ -20,7 +20,7 @@ def test_a_project_estimator_the_train_stage_does_not_depend_on_stops_it(sliced,
 
     from driftmatrix.stages import train as train_stage
     from driftmatrix.config import ConfigError
-    from test_code_keys import forget
+    from testkit.codekeys import forget
 
     _, paths = sliced
     lib = tmp_path / "proj" / "mylib"

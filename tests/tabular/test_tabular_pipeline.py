@@ -84,6 +84,7 @@ def test_registered_tabular_versions_are_pyfunc_models_predicting_the_pipelines_
 
     from driftmatrix.units import store as checkpoints
     from driftmatrix.tracking import pyfunc as serving
+    from driftmatrix.features import transform
     from driftmatrix.tracking import runs as tracking
     from driftmatrix.data.table import DatasetMeta, feature_column
     from driftmatrix.data.slicing import load_slices
@@ -100,15 +101,15 @@ def test_registered_tabular_versions_are_pyfunc_models_predicting_the_pipelines_
         pyfunc = mlflow.pyfunc.load_model(f"models:/tinytab.{model}@cutoff-2002")
         got = pyfunc.predict(frame)
         exp = experiment.Experiment(params, model, paths.slices, paths.features)
-        assert list(got.columns) == serving.output_columns(exp.meta) and len(got.columns) == 2
+        assert list(got.columns) == transform.output_columns(exp.meta) and len(got.columns) == 2
         net = exp.load_unit(checkpoints.CheckpointStore(paths.checkpoints, model), exp.plan.unit(0, 2).key)
-        expected = serving.outputs_to_scores(fit_loop.predict(net, exp.inputs, rows=rows), exp.meta.task)
+        expected = transform.outputs_to_scores(fit_loop.predict(net, exp.inputs, rows=rows), exp.meta.task)
         np.testing.assert_allclose(got.to_numpy(), expected, rtol=0, atol=1e-9)
         np.testing.assert_allclose(got.sum(axis=1), 1.0, rtol=1e-9)
         sig = pyfunc.metadata.signature.inputs.to_dict()
         assert [c["name"] for c in sig] == list(meta.features)
         # every feature required (a missing column is an error, never a column of missing values), of any
-        # type (integers where floats are declared, a category as float, bool or text: serving.as_frame)
+        # type (integers where floats are declared, a category as float, bool or text: transform.as_frame)
         assert {c["name"]: c["type"] for c in sig} == {f: "any" for f in meta.features}
         assert all(c["required"] for c in sig)
         assert pyfunc.metadata.saved_input_example_info is not None

@@ -18,6 +18,8 @@ import pytest
 import yaml
 
 from driftmatrix.tracking import pyfunc as serving
+
+from driftmatrix.features import transform
 from driftmatrix.config import to_raw
 from driftmatrix.data.table import DatasetMeta
 from driftmatrix.learn.score import eval_mask
@@ -26,7 +28,7 @@ from testkit.pipeline import Paths, run_all
 from driftmatrix.learn.tasks import cell_score
 
 from conftest import make_table_params
-from servekit import held_out, in_process, post, served
+from testkit.serving import held_out, in_process, post, served
 
 MODELS = {"LogReg": {}, "HistGBT": {}, "LightGBM": {}, "MLP-Tab": {}, "Prior": {},
           "MyGBT": {"estimator": "sklearn.ensemble.GradientBoostingClassifier",
@@ -143,18 +145,18 @@ def test_missing_or_bad_values_are_named_never_defaulted():
     numeric, categorical = ["x", "n"], ["zip", "flag", "city"]
     frame = pd.DataFrame({"x": [1.5, np.nan, 2.0], "n": np.array([1, 2, 3], dtype=np.int64),
                           "zip": [94110.0, np.nan, 2134.0], "flag": [True, False, True], "city": [" a", "b ", None]})
-    out = serving.as_frame(frame, numeric, categorical)
+    out = transform.as_frame(frame, numeric, categorical)
     assert out["n"].dtype == np.float64 and out["n"].tolist() == [1.0, 2.0, 3.0]
     assert out["zip"].tolist() == ["94110", None, "2134"] and out["flag"].tolist() == ["1", "0", "1"]
     assert out["city"].tolist() == ["a", "b", None]
     # text as a file holds it is the same category as the typed value
-    as_text = serving.as_frame(frame.astype({"zip": object, "flag": object}).assign(
+    as_text = transform.as_frame(frame.astype({"zip": object, "flag": object}).assign(
         zip=["94110", "", "02134"], flag=["True", "false", "TRUE"]), numeric, categorical)
     assert as_text["zip"].tolist() == out["zip"].tolist() and as_text["flag"].tolist() == out["flag"].tolist()
     with pytest.raises(serving.BadInput, match=r"\['zip'\] missing"):
-        serving.as_frame(frame.drop(columns=["zip"]), numeric, categorical)
+        transform.as_frame(frame.drop(columns=["zip"]), numeric, categorical)
     with pytest.raises(serving.BadInput, match="row 1: field 'x': 'abc' is not a number"):
-        serving.as_frame(frame.assign(x=["1", "abc", "2"]), numeric, categorical)
+        transform.as_frame(frame.assign(x=["1", "abc", "2"]), numeric, categorical)
 
 
 def _download(name: str, dest: Path) -> Path:
@@ -219,5 +221,5 @@ def test_estimate_data_reads_a_new_feature_table_as_the_served_model_does(flags,
         ms = load_model(params, model, read_manifest(paths.slices), paths.scores)
         outputs = newperiod.unit_outputs(params, model, ms, raw, paths.checkpoints, paths.slices)
         served_probs = mlflow.pyfunc.load_model(f"models:/flags.{model}@cutoff-2002").predict(pd.read_csv(new))
-        np.testing.assert_allclose(serving.outputs_to_scores(outputs[0, CUTOFF], "binary"), served_probs.to_numpy(),
+        np.testing.assert_allclose(transform.outputs_to_scores(outputs[0, CUTOFF], "binary"), served_probs.to_numpy(),
                                    rtol=0, atol=1e-6)

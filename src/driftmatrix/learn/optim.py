@@ -4,7 +4,7 @@ settings, CPU single-tensor path), without ``torch.optim``.
 Why not ``torch.optim``: its first use imports ``torch._dynamo`` (about 1.6 s a process here),
 and its per-step machinery (hooks, profiler ranges, dynamo guards) costs more than the update of
 a small model. A drift-matrix study trains thousands of small units, mostly in short processes;
-``tests/test_optim.py`` checks the weights against ``torch.optim`` bit for bit.
+``tests/learn/test_optim.py`` checks the weights against ``torch.optim`` bit for bit.
 """
 
 from __future__ import annotations

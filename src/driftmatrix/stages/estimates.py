@@ -1,7 +1,7 @@
 """The ``estimates`` stage (after ``matrices``): backtest every estimator on every model's
 drift matrices and write ``outputs/estimates/`` and the DVC metrics ``metrics/estimates.json``;
 its MLflow run ``estimates · <dataset>`` is logged by the report stage (:func:`log_folder`),
-which starts MLflow anyway, or here with ``driftmatrix backtest --track``.
+which starts MLflow anyway, or here with ``driftmatrix estimates --track``.
 
 Files: ``backtest.json`` (``{model: {"noise_floor", "causal_mae", "chosen_methods", "trusted_method",
 "hindsight_method", method: {mae, bias, n_cells, coverage, rho, ...}, "previous_period": {the

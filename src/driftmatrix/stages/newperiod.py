@@ -5,7 +5,7 @@ The new period's inputs are read in the dataset's format with any labels ignored
 folder, with or without its ``F/``/``M/`` class folders, or a ``.npy`` of uint8 images; a feature
 or text table with the dataset's reader options); every unit of the current plan is loaded from
 its checkpoint (or from the MLflow registry) and run on them once, as its registered model serves
-them (``serving.model_inputs`` / ``serving.forward``: the evaluate stage's precision and layout);
+them (``transform.model_inputs`` / ``transform.forward``: the evaluate stage's precision and layout);
 each method then estimates its score from the matrix and the unit's held-out
 statistics (``driftmatrix.estimate.backtest.estimate_from_history``: everything up to the last
 period is known now) twice: from the unit's held-out rows and M[i, i] (as the backtest does at
@@ -41,9 +41,9 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 def read_images(path: str | Path, size: int) -> tuple[np.ndarray, list[str]]:
     """(uint8 (N, size, size, 3), file names) of every image under ``path`` (a folder, searched
-    recursively, or an ``.npy``), decoded as ingestion decodes them (``serving.read_images``);
+    recursively, or an ``.npy``), decoded as ingestion decodes them (``transform.read_images``);
     class folders and file-name years are ignored."""
-    from driftmatrix.tracking.pyfunc import read_images as decode_files
+    from driftmatrix.features.transform import read_images as decode_files
 
     path = Path(path)
     if path.is_file() and path.suffix == ".npy":
@@ -117,7 +117,7 @@ def choose(summary: Mapping[str, Any] | None, shifted: bool) -> Choice:
     trend without a backtest."""
     pool = SHIFT_CANDIDATES if shifted else CANDIDATES
     if not summary:
-        return Choice("trend", "no backtest (run `driftmatrix backtest`): trend, the matrix's own decay")
+        return Choice("trend", "no backtest (run `driftmatrix estimates`): trend, the matrix's own decay")
     maes = backtested(summary)
     ranked = sorted((maes[m], m) for m in pool if m in maes)
     if not ranked:
@@ -136,11 +136,12 @@ def choose(summary: Mapping[str, Any] | None, shifted: bool) -> Choice:
 def unit_outputs(params: Params, model: str, ms: ModelScores, raw, checkpoints_dir: str | Path, slices_dir: str | Path,
                  source: str = "checkpoints", scores_dir: str | Path = "outputs/scores") -> dict[tuple[int, int], np.ndarray]:
     """(seed, cutoff index) -> the unit's outputs on the new rows ``raw`` (:func:`read_period`), made
-    as the served model and the evaluate stage make them: ``serving.model_inputs`` and
-    ``serving.forward`` in the recorded precision and memory layout. With ``source="registry"`` no
+    as the served model and the evaluate stage make them: ``transform.model_inputs`` and
+    ``transform.forward`` in the recorded precision and memory layout. With ``source="registry"`` no
     checkpoint is read: the train stage's environment (the plan's keys, the threads) comes from its
     copy beside the scores, so the registry and the scores are all it needs; each unit is the
     version of its unit key and of the weights its scores came from (``tracking.registered_version``)."""
+    from driftmatrix.features import transform
     from driftmatrix.tracking import pyfunc as serving
     from driftmatrix.units.store import CheckpointStore
     from driftmatrix.units.store import ScoreStore
@@ -160,11 +161,11 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, raw, checkpoints_d
     config = {**serving.serving_config(params, exp, shape), "device": env.device}
     out = {}
     with torch_threads(max(1, env.threads or 1)):
-        inputs = serving.model_inputs(config, raw, serving.load_encoder(config, env.device), env.device)
+        inputs = transform.model_inputs(config, raw, transform.load_encoder(config, env.device), env.device)
         for unit in exp.plan.units:
             net = unit_network(params, unit, store, config, env.device, source, scores_dir)
             if net is not None:
-                out[ms.seeds.index(unit.seed), unit.cutoff_index] = serving.forward(net, inputs, config)
+                out[ms.seeds.index(unit.seed), unit.cutoff_index] = transform.forward(net, inputs, config)
     return out
 
 
@@ -172,7 +173,7 @@ def unit_network(params: Params, unit, store, config: Mapping[str, Any], device:
                  scores_dir: str | Path = "outputs/scores"):
     """A unit's network, laid out as the evaluate stage scores it, from the MLflow registry or its
     checkpoint (None, with a warning, when it has none)."""
-    from driftmatrix.tracking import pyfunc as serving
+    from driftmatrix.features import transform
 
     if source == "registry":
         from driftmatrix.tracking.runs import configure, load_registered
@@ -192,7 +193,7 @@ def unit_network(params: Params, unit, store, config: Mapping[str, Any], device:
     if not store.done(unit.key):
         log.warning("%s seed %d cutoff %s: no checkpoint; skipped", unit.model, unit.seed, unit.cutoff)
         return None
-    return serving.load_network(store.folder(unit.key), config, device)
+    return transform.load_network(store.folder(unit.key), config, device)
 
 
 def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray], task: str, ahead: int,

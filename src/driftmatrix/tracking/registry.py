@@ -123,7 +123,7 @@ def model_description(spec, dataset: str, config: Mapping[str, Any] | None, matr
     if config:
         if config.get("modality") == "image":
             h, w, c = config.get("image_shape") or ("H", "W", 3)
-            takes = (f"uint8 images (N, {h}, {w}, {c}) (image files: `driftmatrix.tracking.pyfunc.read_images(paths, "
+            takes = (f"uint8 images (N, {h}, {w}, {c}) (image files: `driftmatrix.features.transform.read_images(paths, "
                      f"({h}, {w}))`)")
         elif config.get("modality") == "table":
             takes = (f"a DataFrame of the raw feature columns {[*config.get('numeric', []), *config.get('categorical', [])]} "

@@ -8,7 +8,7 @@ computed it; a cell's key adds the code and format that score it. So:
   (:func:`model_roots`), and a cell's from :data:`SCORE_ROOTS`. Comments, docstrings, formatting
   and statements that only log change nothing; a changed statement changes the keys of exactly
   the units and cells that reach it. dvc.yaml's stages depend on the files holding that code
-  (tests/test_provenance.py checks it).
+  (tests/units/test_provenance.py checks it).
 - **Environment** (:class:`Environment`): resolved precision, device kind, CPU thread count (a
   CPU result depends on it) and the versions of the numeric libraries. The train stage resolves
   it once, records it beside the checkpoints, ships it to every worker, and each worker checks

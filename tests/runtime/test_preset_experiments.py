@@ -9,7 +9,7 @@ import yaml
 
 from driftmatrix.runtime import dvc as presets
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PRESETS = sorted((REPO / "presets").glob("*.yaml"))
 apply_overrides = pytest.importorskip("dvc.utils.hydra").apply_overrides
 

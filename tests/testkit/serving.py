@@ -70,13 +70,14 @@ def in_process(params, paths, model: str, cutoff: int, seed: int, rows: np.ndarr
     (class probabilities, or the network's outputs with ``logits``)."""
     from driftmatrix.units import store as checkpoints
     from driftmatrix.tracking import pyfunc as serving
+    from driftmatrix.features import transform
     from driftmatrix.learn import fit as fit_loop
     from driftmatrix.units import experiment
     exp = experiment.Experiment(params, model, paths.slices, paths.features)
     unit = exp.plan.unit(seed, cutoff)
     net = exp.load_unit(checkpoints.CheckpointStore(paths.checkpoints, model), unit.key)
     out = fit_loop.predict(net, exp.inputs, batch_size=exp.cfg.eval_batch_size, precision=exp.cfg.precision, rows=rows)
-    return out if logits else serving.outputs_to_scores(out, exp.meta.task)
+    return out if logits else transform.outputs_to_scores(out, exp.meta.task)
 
 
 def held_out(paths, cutoff: int):

@@ -15,9 +15,11 @@ import pandas as pd
 import pytest
 
 from driftmatrix.tracking import pyfunc as serving
+
+from driftmatrix.features import transform
 from testkit.pipeline import Paths, run_all
 from driftmatrix.data.slicing import load_slices
-from servekit import held_out, in_process
+from testkit.serving import held_out, in_process
 
 IMAGE_MODELS = {"MLP-S": {}, "CNN-S": {}, "Prior": {}}
 MODES = ("RGBA", "L", "P", "RGB")
@@ -71,11 +73,11 @@ def test_png_files_of_another_size_and_mode_give_the_pipelines_probabilities(por
     with Image.open(files[0]) as a, Image.open(files[1]) as b:
         assert a.size == (48, 48) and {a.mode, b.mode} <= set(MODES) and a.mode != b.mode
     _, _, pixels = load_slices(paths.slices)
-    np.testing.assert_array_equal(serving.read_images(files, (32, 32)), pixels[index])  # ingestion's own pixels
+    np.testing.assert_array_equal(transform.read_images(files, (32, 32)), pixels[index])  # ingestion's own pixels
     for model in IMAGE_MODELS:
         pyfunc = registered(params, paths, model)
         expected = in_process(params, paths, model, CUTOFF, SEED, index)
-        np.testing.assert_allclose(pyfunc.predict(serving.read_images(files, (32, 32))).to_numpy(), expected,
+        np.testing.assert_allclose(pyfunc.predict(transform.read_images(files, (32, 32))).to_numpy(), expected,
                                    rtol=0, atol=1e-6)
         direct = pyfunc.unwrap_python_model().predict(None, [str(f) for f in files])  # the class takes paths too
         np.testing.assert_allclose(direct.to_numpy(), expected, rtol=0, atol=1e-6)
@@ -105,9 +107,9 @@ def test_estimate_data_runs_each_unit_as_the_evaluate_stage_scored_it(portraits,
         np.testing.assert_allclose(got[0, CUTOFF], evaluated, rtol=0, atol=1e-6)
         exp = ExperimentInfo(params, model, paths.slices, env)
         config = {**serving.serving_config(params, exp, (32, 32, 3)), "precision": "fp32"}
-        net = serving.load_network(CheckpointStore(paths.checkpoints, model).folder(exp.plan.unit(SEED, CUTOFF).key),
+        net = transform.load_network(CheckpointStore(paths.checkpoints, model).folder(exp.plan.unit(SEED, CUTOFF).key),
                                    config)
-        fp32 = serving.forward(net, serving.model_inputs(config, np.asarray(pixels[index])), config)
+        fp32 = transform.forward(net, transform.model_inputs(config, np.asarray(pixels[index])), config)
         assert np.abs(fp32 - evaluated).max() > 1e-4  # the control: precision matters
     folder = tmp_path / "new"
     folder.mkdir()

@@ -15,7 +15,7 @@ import pytest
 from mlflow.entities import ViewType
 from mlflow.tracking import MlflowClient
 
-import clusterkit as ck
+from testkit import cluster as ck
 
 pytestmark = pytest.mark.cluster
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _pointer(path):

@@ -120,7 +120,7 @@ def test_plan_command_on_the_paper_preset_reproduces_the_authors_hours():
 
     from driftmatrix.cli import app
 
-    preset = Path(__file__).resolve().parents[1] / "presets" / "yearbook.yaml"
+    preset = Path(__file__).resolve().parents[2] / "presets" / "yearbook.yaml"
     result = CliRunner().invoke(app, ["plan", "-p", str(preset), "--share", "1", "-n", "1", "-n", "8",
                                       "--slices", "/nonexistent"])
     assert result.exit_code == 0, result.output

@@ -15,9 +15,10 @@ from mlflow.tracking import MlflowClient
 
 from driftmatrix.tracking import registry as registry_info
 from driftmatrix.tracking import pyfunc as serving
+from driftmatrix.features import transform
 from driftmatrix.analysis import advisor
 from driftmatrix.config import parse_params
-from servekit import in_process, post, served
+from testkit.serving import in_process, post, served
 from testkit.pipeline import Paths, run_all
 
 IMAGE_MODELS = {"MLP-S": {}, "CNN-S": {}, "Prior": {}}
@@ -117,10 +118,10 @@ def test_image_files_are_read_into_what_predict_takes(images, tmp_path):
     for k in range(3):
         files.append(tmp_path / f"{k}.png")
         Image.fromarray(np.asarray(pixels[k])).resize((64, 48)).save(files[-1])  # another size: resized back
-    read = serving.read_images(files, (32, 32))
+    read = transform.read_images(files, (32, 32))
     assert read.shape == (3, 32, 32, 3) and read.dtype == np.uint8
     Image.fromarray(np.asarray(pixels[0])).save(tmp_path / "same.png")
-    np.testing.assert_array_equal(serving.read_images([tmp_path / "same.png"], (32, 32))[0], pixels[0])
+    np.testing.assert_array_equal(transform.read_images([tmp_path / "same.png"], (32, 32))[0], pixels[0])
     model = serving.load("models:/tiny.CNN-S@cutoff-1950")
     direct = model.unwrap_python_model().predict(None, [str(f) for f in files])  # the class takes paths too
     np.testing.assert_allclose(direct.to_numpy(), model.predict(read).to_numpy())
@@ -140,7 +141,7 @@ def test_text_versions_take_raw_strings_and_predict_the_pipelines_probabilities(
         assert list(got.columns) == CATEGORIES
         # the feature cache encoded these documents batched with others (other padding): last bits only
         np.testing.assert_allclose(got.to_numpy(), in_process(params, paths, model, 1, 0, rows), rtol=0, atol=2e-4)
-        # any type: a NaN document is empty text, not a schema error (serving.as_texts)
+        # any type: a NaN document is empty text, not a schema error (transform.as_texts)
         assert pyfunc.metadata.signature.inputs.to_dict() == [{"type": "any", "required": True}]
         assert pyfunc.predict(texts[:1]).shape == (1, len(CATEGORIES))
 
