@@ -79,7 +79,7 @@ class TrainConfig:
     grad_clip: float | None = field(default=None, metadata=POSITIVE)
     optimizer: str = "adam"  # adam | adamw
     dropout: float | None = field(default=None, metadata=DROP_RATE)  # None: the model's own default
-    precision: str = field(default="fp32", metadata=_one_of(*PRECISIONS))
+    precision: str = field(default="auto", metadata=_one_of(*PRECISIONS))
     window: Any = "cumulative"  # cumulative (the paper) | single | {sliding: N} (units.parse_window)
 
 
