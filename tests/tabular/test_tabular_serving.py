@@ -19,6 +19,7 @@ import yaml
 
 from driftmatrix.tracking import pyfunc as serving
 
+from driftmatrix.errors import DataError
 from driftmatrix.features import transform
 from driftmatrix.config import to_raw
 from driftmatrix.data.table import DatasetMeta
@@ -153,9 +154,9 @@ def test_missing_or_bad_values_are_named_never_defaulted():
     as_text = transform.as_frame(frame.astype({"zip": object, "flag": object}).assign(
         zip=["94110", "", "02134"], flag=["True", "false", "TRUE"]), numeric, categorical)
     assert as_text["zip"].tolist() == out["zip"].tolist() and as_text["flag"].tolist() == out["flag"].tolist()
-    with pytest.raises(serving.BadInput, match=r"\['zip'\] missing"):
+    with pytest.raises(DataError, match=r"\['zip'\] missing"):
         transform.as_frame(frame.drop(columns=["zip"]), numeric, categorical)
-    with pytest.raises(serving.BadInput, match="row 1: field 'x': 'abc' is not a number"):
+    with pytest.raises(DataError, match="row 1: field 'x': 'abc' is not a number"):
         transform.as_frame(frame.assign(x=["1", "abc", "2"]), numeric, categorical)
 
 

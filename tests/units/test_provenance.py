@@ -190,7 +190,7 @@ def test_later_stages_key_with_the_recorded_environment(tmp_path, tiny_params, m
     elsewhere = Environment("bf16", "cpu", 7, {"torch": "other"})
     monkeypatch.setattr("driftmatrix.units.environment.resolve_environment", lambda *a, **k: elsewhere)
     m = matrices.read_scores(params, paths.slices, paths.scores)["MLP-S"]
-    assert m.extra["missing_cells"] == 0 and m.extra["precision"] == "fp32"
+    assert m.extra["missing_cells"] == 0 and m.extra["precision"] == recorded["precision"]
     (st,) = status.read_status(params, paths.slices, paths.checkpoints, paths.scores)
     assert st.to_train == 0 and st.cells_to_score == 0
 

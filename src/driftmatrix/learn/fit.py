@@ -30,9 +30,10 @@ def fit(model, inputs, targets, train_idx: np.ndarray, cfg: TrainConfig,
     """
     import torch
 
-    if cfg.precision not in ("fp32", "bf16"):
-        raise ValueError(f"params.yaml: train.precision must be fp32 or bf16, got {cfg.precision!r}")
     from driftmatrix.learn.optim import make_optimizer
+    from driftmatrix.learn.precision import resolve_precision
+
+    precision = resolve_precision(cfg.precision, device)
 
     gen = torch.Generator().manual_seed(seed)
     trainable = [p for p in model.parameters() if p.requires_grad]
@@ -49,8 +50,8 @@ def fit(model, inputs, targets, train_idx: np.ndarray, cfg: TrainConfig,
                 continue
             batch = inputs.batch(idx)
             y = targets[idx.to(targets.device)]
-            if cfg.precision == "bf16":
-                with autocast(device, cfg.precision):
+            if precision == "bf16":
+                with autocast(device, precision):
                     out = model(*batch).float()
             else:
                 out = model(*batch)
