@@ -46,7 +46,8 @@ def ray_cluster():
     # workers import test modules' functions by name, as they import driftmatrix's in real runs
     saved = os.environ.get("PYTHONPATH")
     here = Path(__file__).parent
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(here), str(here / "features"), saved) if p)
+    test_dirs = [here, *sorted(d for d in here.iterdir() if d.is_dir() and d.name[0] not in "._")]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (*map(str, test_dirs), saved) if p)
     try:
         start_ray(RuntimeConfig(executor="ray", max_retries=2), num_cpus=2)
     except Exception as exc:  # pragma: no cover - depends on the machine
