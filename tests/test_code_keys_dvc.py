@@ -68,14 +68,17 @@ def edit(path: Path, old: str, new: str) -> None:
     path.write_text(text.replace(old, new))
 
 
-def scratch(tmp_path: Path, params: dict) -> tuple[Path, dict]:
-    """A git + DVC project of src/, dvc.yaml and ``params`` (tiny, tracking in tmp_path), data added."""
+def scratch(tmp_path: Path, params: dict, files: dict[str, str] | None = None) -> tuple[Path, dict]:
+    """A git + DVC project of src/, dvc.yaml, ``files`` (path -> text) and ``params`` (tiny, tracking
+    in tmp_path), data added."""
     if shutil.which("git") is None:
         pytest.skip("git not installed")
     work = tmp_path / "repo"
     work.mkdir()
     shutil.copytree(REPO / "src", work / "src", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     shutil.copy(REPO / "dvc.yaml", work / "dvc.yaml")
+    for path, text in (files or {}).items():
+        (work / path).write_text(text)
     params["slicing"]["min_samples"] = 10
     params["validation"]["min_rows"] = 5
     params["train"].update(seeds=[0], epochs=1)
@@ -181,9 +184,8 @@ def test_editing_a_project_estimator_module_retrains_that_models_units_only(tmp_
     params = yaml.safe_load((REPO / "presets" / "tabular.yaml").read_text())
     params["synthetic"].update(years=YEARS, per_year=60)
     params["models"] = {"LogReg": {}, "MyEst": {"estimator": "custom_models.mine.MyEst"}}
-    work, env = scratch(tmp_path, params)
+    work, env = scratch(tmp_path, params, {"src/custom_models/mine.py": MINE})  # params name it: it must exist
     module = work / "src" / "custom_models" / "mine.py"
-    module.write_text(MINE)
     models = tuple(params["models"])
     settled(sh(["dvc", "repro"], work, env), models, stale=set(models))
     module.write_text("# a comment\n" + MINE)  # every train stage reruns (a dependency), none trains

@@ -32,10 +32,10 @@ def ran(output: str) -> set[str]:
 def planned(output: str) -> dict[str, tuple[int, ...]]:
     """model -> (units in the plan, done, to train, cells in the plan, to score), from the stage logs."""
     units = {m: tuple(map(int, n)) for m, *n in re.findall(
-        r"driftmatrix\.training: (\S+): (\d+) units in the plan \(cumulative window\), (\d+) done, (\d+) to train",
+        r"driftmatrix\.[\w.]+: (\S+): (\d+) units in the plan \(cumulative window\), (\d+) done, (\d+) to train",
         output)}
     cells = {m: tuple(map(int, n)) for m, *n in re.findall(
-        r"driftmatrix\.evaluation: (\S+): (\d+) cells in the plan, (\d+) to score", output)}
+        r"driftmatrix\.[\w.]+: (\S+): (\d+) cells in the plan, (\d+) to score", output)}
     return {m: units.get(m, ()) + cells.get(m, ()) for m in units.keys() | cells.keys()}
 
 

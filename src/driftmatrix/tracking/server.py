@@ -70,11 +70,12 @@ def explain(exc: BaseException, uri: str | None = None) -> str | None:
     seen: set[int] = set()
     cur: BaseException | None = exc
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
+    over_http = not uri or str(uri).startswith(("http://", "https://"))  # a local store has no server
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         text, name, module = str(cur), type(cur).__name__, type(cur).__module__
         match = _REQUEST.search(text)
-        if (match or module.startswith(("requests", "urllib3"))) and any(k in text or k == name for k in _DOWN):
+        if over_http and (match or module.startswith(("requests", "urllib3"))) and any(k in text or k == name for k in _DOWN):
             reason = "connection refused" if "refused" in text else \
                 "too many errors" if "too many" in text.lower() or "ResponseError" in text else "no answer"
             retries = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "7")
