@@ -12,7 +12,9 @@ and model, and the matrices, plots and report as artifacts, and the estimates st
 ``estimates · <dataset>`` from ``outputs/estimates`` (one MLflow start for both); then the model
 registry is made to
 agree with the matrices (:mod:`driftmatrix.tracking.registry`: each version's scores and description,
-each model's description linking this run, the advisor's ``recommended-h<H>`` aliases).
+each model's description linking this run, the advisor's ``recommended-h<H>`` aliases); the policy
+stage's run ``policy · <dataset>`` is logged from ``outputs/policy`` and the alias ``recommended``
+follows its recommended model (none when no model beats the baseline by more than the noise).
 """
 
 from __future__ import annotations
@@ -77,7 +79,7 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
     report = html.run(matrices_dir, report_path, audit=audit, title=title or f"Drift matrices: {dataset}",
                       cohort=cohort, decay=decay,
                       estimates=estimates if estimates is not None else matrices_dir.parent / "estimates",
-                      importance=matrices_dir.parent / "importance")
+                      importance=matrices_dir.parent / "importance", policy=matrices_dir.parent / "policy")
     log.info("report: %s (%d heatmaps)", report, len(plots))
     if params is not None:
         from driftmatrix.stages import estimates as estimates_stage
@@ -90,7 +92,14 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
                                                    else matrices_dir.parent / "estimates")
         if estimates_run:
             log.info("report: logged the estimates stage's run %s", estimates_run)
+        from driftmatrix.stages import policy as policy_stage
         from driftmatrix.tracking import registry as registry_info
 
-        registry_info.annotate(params, cohort, run_id)  # version scores, descriptions, advisor aliases
+        policy_dir = matrices_dir.parent / "policy"
+        policy_run = policy_stage.log_folder(params, policy_dir)
+        if policy_run:
+            log.info("report: logged the policy stage's run %s", policy_run)
+        rec = policy_dir / "recommendation.json"
+        recommended = json.loads(rec.read_text())["model"] if rec.exists() else None
+        registry_info.annotate(params, cohort, run_id, recommended)  # version scores, descriptions, aliases
     return report
