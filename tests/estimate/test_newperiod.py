@@ -84,3 +84,42 @@ def test_an_older_unit_is_estimated_from_its_latest_labelled_period_when_that_ba
     newest = records[last]  # its latest labelled period is its own cutoff: both estimates coincide
     assert newest["estimates"]["carry-forward@prev"] == newest["estimates"]["carry-forward"] == newest["in_distribution"]
     assert "latest" in render(records) and "carry-forward@prev" in render(records)
+
+
+def _unsure(rng, lo=0.5, hi=0.7):
+    """The same predicted classes as the held-out rows, less confident: AC sees a drop."""
+    out = {}
+    for s in range(2):
+        for i in range(K):
+            pred = class_conditional(rng, (rng.random(400) < 0.5).astype(int))[0].argmax(1)
+            out[s, i] = logits_for(pred, rng.uniform(lo, hi, 400))
+    return out
+
+
+def test_a_drop_within_the_held_out_cells_noise_is_never_retrain():
+    """The default's Prior cutoffs have 18-row held-out cells: 2 binomial SE at 80% is ~19 points,
+    so a drop of ~10 is noise, whatever the policy says; with 300 rows (SE ~2.3) it is not."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(1)
+    ms, new = units(rng), _unsure(rng, 0.62, 0.78)
+    small = replace(ms, n_eval=np.full_like(ms.n_eval, 18.0))
+    for r in estimate_model(small, new, "binary", 1, SUMMARY, None, 0.1, 30):
+        assert 5 < r["drop"] < r["noise"] and r["noise"] == pytest.approx(2 * 100 * np.sqrt(0.8 * 0.2 / 18), abs=1.5)
+        assert r["decision"]["signal"] > r["decision"]["tau"] and not r["retrain"]
+    assert all(r["retrain"] for r in estimate_model(ms, new, "binary", 1, SUMMARY, None, 0.1, 30))
+
+
+def test_the_decision_is_the_models_policy_with_its_tau():
+    rng = np.random.default_rng(1)
+    ms, new = units(rng), _unsure(rng)
+    def flags(rule):
+        return [r["retrain"] for r in estimate_model(ms, new, "binary", 1, SUMMARY, rule, 0.1, 30)]
+    assert flags({"policy": "never", "param": None}) == [False] * K
+    assert flags({"policy": "estimate", "param": "nested", "next_tau": 50.0}) == [False] * K
+    assert flags({"policy": "estimate", "param": "nested", "next_tau": 5.0}) == [True] * K
+    assert flags({"policy": "estimate", "param": "nested", "next_tau": None}) == [False] * K  # never retrains
+    # periodic(2): cutoff i serves periods i+1, i+2; the new period is K (lag K - i)
+    assert flags({"policy": "periodic", "param": 2}) == [K - i > 2 for i in range(K)]
+    records = estimate_model(ms, new, "binary", 1, SUMMARY, {"policy": "periodic", "param": 2}, 0.1, 30)
+    assert "every 2 periods" in render(records) and "standard errors" in render(records)
