@@ -99,8 +99,9 @@ def _run_doc(r: pol.Run) -> dict:
            "score": pol._num(r.score), "std": pol._num(r.std), "description": pol.describe(r)}
     if r.seconds is not None:
         doc["seconds"] = pol._num(float(np.nanmean(r.seconds)))
-    if r.taus is not None:  # the tau a deployer uses at the next decision
-        doc["next_tau"] = pol._num(float(np.median([ts[-1] for ts in r.taus])))
+    if r.taus is not None:  # the tau a deployer uses at the next decision (null: no retrain yet)
+        tau = float(np.median([ts[-1] for ts in r.taus]))
+        doc["next_tau"] = tau if math.isfinite(tau) else None
     return doc
 
 
