@@ -361,12 +361,14 @@ def render(records: Sequence[Mapping[str, Any]]) -> str:
         if r["model"] != model:
             model = r["model"]
             d = r["decision"]
-            tau = "never" if d["tau"] is None else f"> tau {d['tau']:g}"
-            out.append(f"\n{model}: trusts {r['trusted']} ({r['why']}); retrain when {d['policy']} {tau} and the "
-                       f"drop exceeds {NOISE_SE:g} standard errors of the held-out cell")
+            when = f"{d['policy']} > {d['tau']:g}" if d["tau"] is not None else f"{d['policy']}: no retrain due"
+            out.append(f"\n{model}: trusts {r['trusted']} ({r['why']}); policy: {when}, and only a drop beyond "
+                       f"{NOISE_SE:g} standard errors of the held-out cell (noise) retrains")
             out.append(f"  {'cutoff':<8}{'ID':>7}{'latest':>8}{'estimate':>10}  {'trusted':<22}{'drop':>6}{'noise':>7}"
                        f"{'signal':>8}  flag")
-        flag = "RETRAIN" if r["retrain"] else "ok"
+        d = r["decision"]
+        due = d["tau"] is not None and d["signal"] > d["tau"]
+        flag = "RETRAIN" if r["retrain"] else "ok (drop within noise)" if due else "ok"
         if r["warning"]:
             flag += f"  (label shift {r['label_shift_tv']:.2f}: confidence-based estimates not trusted)"
         latest = r["estimates"].get("carry-forward" + PREVIOUS, float("nan"))
