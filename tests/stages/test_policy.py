@@ -5,6 +5,7 @@ import csv
 import itertools
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,7 +74,7 @@ def test_stage_writes_the_contract_and_its_numbers_are_the_matrices(finished):
     assert rec["model"] is not None or rec["text"].startswith("No model beats the Prior baseline")
     m = json.loads(metrics.read_text())
     assert m["recommended"] == (rec["model"] or "none") and {"never", "chosen_score", "estimate_score"} <= set(m["MLP-S"])
-    assert (out / "frontier.png").read_bytes()[:4] == b"\x89PNG"
+    assert not (out / "frontier.png").exists()  # the report stage draws it (matplotlib: seconds)
 
 
 def test_report_shows_the_policy_and_logs_its_run(finished, monkeypatch):
@@ -85,10 +86,14 @@ def test_report_shows_the_policy_and_logs_its_run(finished, monkeypatch):
     params, paths, tmp = finished
     stage.run(paths.matrices, paths.root / "policy", policy_config(params), paths.root / "estimates", None, None)
     html = report.run(paths.matrices, paths.root / "report" / "report.html", params=params).read_text()
-    assert 'id="policy"' in html and "never by lag 0" in html
+    assert 'id="policy"' in html and "never by lag 0" in html and 'alt="policy frontier"' in html
+    assert (paths.root / "report" / "plots" / "policy_frontier.png").read_bytes()[:4] == b"\x89PNG"
     exp = configure(params.tracking)
-    (run,) = MlflowClient().search_runs([exp], "tags.kind = 'policy'")
+    client = MlflowClient()
+    (run,) = client.search_runs([exp], "tags.kind = 'policy'")
     assert run.data.tags["recommended"] in ("MLP-S", "none") and "MLP-S.score" in run.data.metrics
+    logged = {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "policy")}
+    assert {"policies.csv", "recommendation.json", "MLP-S.json", "policy_frontier.png"} <= logged
 
 
 def test_policy_command_reads_params_and_flags_override(finished, tmp_path, monkeypatch):
@@ -135,7 +140,7 @@ def test_stage_on_a_feature_table(tmp_path):
     prepare(params, paths, generate=True)
     train_and_evaluate(params, paths)
     matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)
-    o = stage.run(paths.matrices, paths.root / "policy", PolicyConfig(), None, None, None, plot=False)
+    o = stage.run(paths.matrices, paths.root / "policy", PolicyConfig(), None, None, None)
     assert set(o.runs) == {"LogReg", "Prior"} and o.rec.model in ("LogReg", None)
     rows = (paths.root / "policy" / "policies.csv").read_text().splitlines()
     assert rows[0] == "model,policy,param,label_delay,retrains,score,std"

@@ -8,9 +8,10 @@ Reads ``outputs/matrices`` (scores, training seconds per unit), ``outputs/estima
 (``window_drift``: the drift trigger's D). Writes ``outputs/policy/``: ``policies.csv`` (the
 contract), ``<model>.json`` (per run the per-seed scores, schedules, taus and training seconds),
 ``recommendation.json`` (the pair, its words, and each model's own best deployable policy, which
-``driftmatrix estimate --data`` applies), ``frontier.png``; and ``metrics/policy.json``. Its MLflow
-run ``policy · <dataset>`` is logged by the report stage (:func:`log_folder`), which also points the
-registry alias ``recommended`` at the recommended model.
+``driftmatrix estimate --data`` applies); and ``metrics/policy.json``. No matplotlib here (it
+would double the stage's time): the report stage draws the frontier from ``policies.csv``, logs
+the MLflow run ``policy · <dataset>`` (:func:`log_folder`) and points the registry alias
+``recommended`` at the recommended model.
 """
 
 from __future__ import annotations
@@ -135,8 +136,7 @@ def metrics_doc(o: Outcome) -> dict:
 
 def run(matrices_dir: str | Path = "outputs/matrices", out_dir: str | Path = "outputs/policy",
         cfg: PolicyConfig = PolicyConfig(), estimates_dir: str | Path | None = "outputs/estimates",
-        audit_dir: str | Path | None = "outputs/audit", metrics_path: str | Path | None = DVC_METRICS,
-        plot: bool = True) -> Outcome:
+        audit_dir: str | Path | None = "outputs/audit", metrics_path: str | Path | None = DVC_METRICS) -> Outcome:
     """The whole stage; writes ``out_dir`` (and ``metrics_path`` when given)."""
     cohort = Cohort(matrixfile.load_folder(matrices_dir))
     E = estimates_of(None if estimates_dir is None else Path(estimates_dir), cohort)
@@ -148,11 +148,6 @@ def run(matrices_dir: str | Path = "outputs/matrices", out_dir: str | Path = "ou
     for model, rs in o.runs.items():
         (out / f"{model}.json").write_text(json.dumps(pol.model_doc(model, rs)))
     (out / "recommendation.json").write_text(json.dumps(recommendation_doc(o, cfg), indent=2))
-    if plot:
-        from driftmatrix.reporting import figures
-
-        figures.save(figures.policy_frontier(o.runs, cohort.metric, cohort.unit, cohort.higher_is_better),
-                     out / "frontier.png")
     if metrics_path:
         Path(metrics_path).parent.mkdir(parents=True, exist_ok=True)
         Path(metrics_path).write_text(json.dumps(metrics_doc(o), indent=2))
@@ -161,9 +156,9 @@ def run(matrices_dir: str | Path = "outputs/matrices", out_dir: str | Path = "ou
     return o
 
 
-def log_folder(params, out_dir: str | Path = "outputs/policy") -> str | None:
-    """One MLflow run ``policy · <dataset>`` (tag kind=policy) with the numbers of
-    ``metrics/policy.json`` and the folder's files (None when the stage wrote nothing)."""
+def log_folder(params, out_dir: str | Path = "outputs/policy", plot: Path | None = None) -> str | None:
+    """One MLflow run ``policy · <dataset>`` (tag kind=policy) with each model's chosen policy's
+    numbers, the folder's files and the frontier ``plot`` (None when the stage wrote nothing)."""
     out_dir = Path(out_dir)
     rec_path = out_dir / "recommendation.json"
     if not rec_path.exists():
@@ -185,7 +180,7 @@ def log_folder(params, out_dir: str | Path = "outputs/policy") -> str | None:
         mlflow.log_params({"retrain_cost": rec["retrain_cost"], "budget": rec["budget"],
                            "label_delay": rec["label_delay"]})
         mlflow.set_tags({"recommended": rec["model"] or "none", "recommendation": rec["text"][:5000]})
-        for f in sorted(out_dir.iterdir()):
+        for f in [*sorted(out_dir.iterdir()), *([plot] if plot else [])]:
             if f.suffix in (".csv", ".json", ".png"):
                 mlflow.log_artifact(str(f), artifact_path="policy")
         return run.info.run_id

@@ -40,6 +40,19 @@ def write_plots(cohort: Cohort, plots_dir: Path) -> list[Path]:
             for name in cohort.models]
 
 
+def write_frontier(cohort: Cohort, policies: Path, png: Path) -> Path | None:
+    """The policy stage's frontier (``policies.csv``) as a PNG, or None without one."""
+    import csv
+
+    from driftmatrix.reporting import figures
+
+    if not policies.exists():
+        return None
+    with policies.open() as f:
+        rows = list(csv.DictReader(f))
+    return figures.save(figures.policy_frontier(rows, cohort.metric, cohort.unit, cohort.higher_is_better), png)
+
+
 def log_to_mlflow(params: Params, cohort: Cohort, matrices: list[Path], plots: list[Path], report: Path,
                   dataset: str, decay_metrics: dict[str, float] | None = None) -> str:
     """One run per dataset with the summary metrics and every file; returns the run id."""
@@ -76,8 +89,10 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
     decay = None if audit_doc is None else drift_decay.correlations(audit_doc, cohort)
     if decay is not None:
         (report_path.parent / "drift_vs_decay.json").write_text(json.dumps(decay, indent=2))
+    policy_dir = matrices_dir.parent / "policy"
+    frontier = write_frontier(cohort, policy_dir / "policies.csv", report_path.parent / "plots" / "policy_frontier.png")
     report = html.run(matrices_dir, report_path, audit=audit, title=title or f"Drift matrices: {dataset}",
-                      cohort=cohort, decay=decay,
+                      cohort=cohort, decay=decay, policy_png=frontier,
                       estimates=estimates if estimates is not None else matrices_dir.parent / "estimates",
                       importance=matrices_dir.parent / "importance", policy=matrices_dir.parent / "policy")
     log.info("report: %s (%d heatmaps)", report, len(plots))
@@ -95,8 +110,7 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
         from driftmatrix.stages import policy as policy_stage
         from driftmatrix.tracking import registry as registry_info
 
-        policy_dir = matrices_dir.parent / "policy"
-        policy_run = policy_stage.log_folder(params, policy_dir)
+        policy_run = policy_stage.log_folder(params, policy_dir, frontier)
         if policy_run:
             log.info("report: logged the policy stage's run %s", policy_run)
         rec = policy_dir / "recommendation.json"
