@@ -257,15 +257,14 @@ def estimate(data: Path = typer.Option(..., "--data", help="The new period in th
              ahead: int = typer.Option(1, min=1, help="Periods between the last slice and the new one."),
              latest: bool = typer.Option(False, help="Only the latest cutoff's units (the deployed ones)."),
              registry: bool = typer.Option(False, help="Load the models from the MLflow registry, not the checkpoints.")) -> None:
-    """Every cutoff model's score on a new period before its labels arrive, per method, and a
-    `retrain` flag when the best-backtested method drops more than estimate.alert_drop points."""
-    from driftmatrix.config import estimate_config
+    """Every cutoff model's score on a new period before its labels arrive, per method, and each
+    model's decision under its policy (outputs/policy; a drop within the noise never retrains)."""
     from driftmatrix.stages import newperiod
 
     p = _params(params)
     records = newperiod.run(p, data, slices, scores, checkpoints, estimates, out, ahead=ahead, latest=latest,
-                            source="registry" if registry else "checkpoints")
-    typer.echo(newperiod.render(records, estimate_config(p).alert_drop))
+                            source="registry" if registry else "checkpoints", policy_dir=estimates.parent / "policy")
+    typer.echo(newperiod.render(records))
     flagged = sorted({f"{r['model']}@{r['cutoff']}" for r in records if r["retrain"]})
     typer.echo(f"\nretrain: {', '.join(flagged) if flagged else 'none'} -> {out}")
 
@@ -448,28 +447,27 @@ def recommend(path: Path = MATRICES_ARG,
 def policy(path: Path = MATRICES_ARG,
            out: Path = typer.Option(Path("outputs/policy"), help="Folder for policies.csv and <model>.json."),
            retrain_cost: Optional[float] = typer.Option(
-               None, "--retrain-cost", min=0.0,
-               help="Price of one retrain in points of served score (default 0.1; 0 with --budget)."),
+               None, "--retrain-cost", min=0.0, help="Price of one retrain in points of served score "
+                                                     "(default: params.yaml policy.retrain_cost, else 0.1)."),
            budget: Optional[int] = typer.Option(None, "--budget", min=0, help="At most this many retrains."),
-           label_delay: int = typer.Option(0, "--label-delay", min=0,
-                                           help="Periods until a period's labels arrive.")) -> None:
-    """Replay retraining policies (never, periodic, label-triggered, hindsight oracle) on each
-    model's matrices and recommend a (model, policy) for the price of a retrain."""
-    import json
+           label_delay: Optional[int] = typer.Option(None, "--label-delay", min=0,
+                                                     help="Periods until a period's labels arrive."),
+           metrics: Optional[Path] = typer.Option(None, help="Also write the DVC metrics here (the stage does)."),
+           params: Path = PARAMS_OPT) -> None:
+    """Replay retraining policies (never, periodic, estimate-, cumulative-, label- and drift-triggered,
+    hindsight oracle) on each model's matrices and recommend a (model, policy) for the price of a
+    retrain; estimates and audit beside the matrices feed the triggers that need them."""
+    from dataclasses import replace
 
-    from driftmatrix.analysis import policy as pol
+    from driftmatrix.config import PolicyConfig, policy_config
     from driftmatrix.reporting import text
+    from driftmatrix.stages import policy as stage
 
-    cohort = _cohort(path)
-    retrain_cost = retrain_cost if retrain_cost is not None else 0.0 if budget is not None else 0.1
-    runs = {m: pol.evaluate(st, label_delay, higher_is_better=cohort.higher_is_better, cost=retrain_cost,
-                            budget=budget) for m, st in cohort.stacks.items()}
-    rec = pol.recommend(runs, cohort.families, retrain_cost, budget, cohort.higher_is_better, cohort.unit)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "policies.csv").write_text(pol.csv_text(runs))
-    for model, rs in runs.items():
-        (out / f"{model}.json").write_text(json.dumps(pol.model_doc(model, rs)))
-    typer.echo(text.policies(cohort, runs, rec, retrain_cost, budget) + f"\n-> {out / 'policies.csv'}")
+    cfg = policy_config(_params(params)) if params.exists() else PolicyConfig()
+    given = {"retrain_cost": retrain_cost, "budget": budget, "label_delay": label_delay}
+    cfg = replace(cfg, **{k: v for k, v in given.items() if v is not None})
+    o = stage.run(path, out, cfg, path.parent / "estimates", path.parent / "audit", metrics)
+    typer.echo(text.policies(o.cohort, o.runs, o.rec, cfg.retrain_cost, cfg.budget) + f"\n-> {out / 'policies.csv'}")
 
 
 @app.command()

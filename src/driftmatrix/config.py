@@ -100,7 +100,6 @@ class TrackingConfig:
 class EstimateConfig:
     """``estimate:`` (label-free estimates of a new period; docs/estimates.md)."""
 
-    alert_drop: float = field(default=5.0, metadata=NON_NEGATIVE)  # points below M[i, i] that flag `retrain`
     label_shift: float = field(default=0.1, metadata=_bound(lambda v: 0 <= v <= 1, "a value in [0, 1]"))
     min_ess: float = field(default=30.0, metadata=NON_NEGATIVE)  # IW weights' effective sample size below: flagged
     cap_slack: float = field(default=1.0, metadata=NON_NEGATIVE)  # class-balance cap: standard errors of the label shares
@@ -110,6 +109,19 @@ class EstimateConfig:
 def estimate_config(params: "Params") -> EstimateConfig:
     """The ``estimate:`` section (it lives in ``params.extra``), checked like the others."""
     return build(EstimateConfig, params.extra.get("estimate"), "params.yaml: estimate")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """``policy:`` (retraining policies replayed on the matrices; docs/policy.md)."""
+
+    retrain_cost: float = field(default=0.1, metadata=NON_NEGATIVE)  # points of served score one retrain costs
+    budget: int | None = field(default=None, metadata=NON_NEGATIVE)  # at most this many retrains (None: no cap)
+    label_delay: int = field(default=0, metadata=NON_NEGATIVE)  # periods until a period's labels arrive
+
+
+def policy_config(params: "Params") -> PolicyConfig:
+    return build(PolicyConfig, params.extra.get("policy"), "params.yaml: policy")
 
 
 @dataclass(frozen=True)
@@ -240,6 +252,7 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     for name in models:  # validate every override early, with the model named
         params.train_for(name)
     build(EstimateConfig, extra.get("estimate"), f"{source}: estimate")
+    build(PolicyConfig, extra.get("policy"), f"{source}: policy")
 
     metric = build(EvaluationConfig, extra.get("evaluation"), f"{source}: evaluation").metric
     try:
@@ -287,6 +300,8 @@ __all__ = [
     "TrackingConfig",
     "EstimateConfig",
     "estimate_config",
+    "PolicyConfig",
+    "policy_config",
     "EvaluationConfig",
     "evaluation_metric",
     "Params",

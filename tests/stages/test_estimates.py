@@ -122,7 +122,7 @@ def test_estimate_command_on_a_folder_without_labels(finished, monkeypatch):
     flat, n = new_year_without_labels(params, tmp)
     assert not any(p.is_dir() for p in flat.iterdir())
     raw = to_raw(params)
-    raw["estimate"] = {"alert_drop": 5.0, "iw_inputs": True}
+    raw["estimate"] = {"iw_inputs": True}
     (tmp / "params.yaml").write_text(yaml.safe_dump(raw))
     out = tmp / "new-period"
     got = CliRunner().invoke(app, ["estimate", "--data", str(flat), "-p", str(tmp / "params.yaml"),
@@ -132,12 +132,12 @@ def test_estimate_command_on_a_folder_without_labels(finished, monkeypatch):
     assert got.exit_code == 0, got.output
     assert "MLP-S: trusts" in got.output and "retrain:" in got.output
     doc = json.loads((out / "estimates.json").read_text())
-    assert doc["rows"] == n and doc["alert_drop"] == 5.0
+    assert doc["rows"] == n and doc["noise_se"] == 2.0
     records = doc["records"]
     assert {(r["model"], r["cutoff"]) for r in records} == {(m, str(1950 + i)) for m in MODELS for i in range(4)}
     for r in records:
         assert r["lag"] == 4 - r["cutoff_index"] and r["trusted"] in r["estimates"] and r["seeds"] == 2
-        assert r["retrain"] == (r["drop"] > 5.0)
+        assert r["retrain"] == (r["decision"]["signal"] > r["decision"]["tau"] and r["drop"] > r["noise"])
         assert "IW-inputs" in r["estimates"] and r["iw_inputs_ess"] > 0  # held-out rows vs the new images
         assert r["drop"] == pytest.approx(r["in_distribution"] - r["estimates"][r["trusted"]], abs=1e-2)
     assert (out / "estimates.csv").read_text().startswith("model,cutoff,method,estimate,drop")

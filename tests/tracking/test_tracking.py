@@ -495,3 +495,9 @@ def test_annotate_touches_only_this_projects_versions_of_the_plan(mlflow_store, 
     version = client.get_model_version_by_alias("d.MLP-S", "recommended-h1")
     assert version.run_id == ids_a["k-1951-0"] and done["aliases"] == {"recommended-h1": f"d.MLP-S/{version.version}"}
     assert version.tags["in_distribution"] == "88"  # M[1, 1] of seed 0
+    # the policy stage's pick gets `recommended` on the same version; a recommendation of none removes it
+    done = registry_info.annotate(params, Cohort({"MLP-S": matrices}), recommended="MLP-S")
+    assert client.get_model_version_by_alias("d.MLP-S", "recommended").version == version.version
+    assert done["aliases"]["recommended"] == f"d.MLP-S/{version.version}"
+    registry_info.annotate(params, Cohort({"MLP-S": matrices}), recommended=None)
+    assert "recommended" not in client.get_registered_model("d.MLP-S").aliases

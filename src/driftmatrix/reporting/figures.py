@@ -180,6 +180,38 @@ def td_figure(slopes: Mapping[str, np.ndarray], slices, *, colours: Mapping[str,
     return fig
 
 
+def policy_frontier(rows: Sequence[Mapping[str, str]], metric: str, unit: str, higher_is_better: bool):
+    """Retrains against served score per model from ``policies.csv`` rows: the hindsight oracle as
+    a line, never and periodic(H) as circles, each trigger with its tau chosen causally
+    (``param`` nested) as its own marker."""
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9.0, 4.2))
+    marks = {"estimate": "^", "cumulative": "v", "label": "s", "drift": "D"}
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    for n, model in enumerate(models):
+        c, mine = f"C{n % 10}", [r for r in rows if r["model"] == model and r["score"] != ""]
+        line = sorted((float(r["retrains"]), float(r["score"])) for r in mine if r["policy"] == "oracle")
+        if line:
+            ax.plot(*zip(*line), color=c, lw=1.2, label=f"{model} oracle")
+        for r in mine:
+            if r["policy"] in ("never", "periodic"):
+                ax.scatter([float(r["retrains"])], [float(r["score"])], color=c, s=16, marker="o")
+            elif r["policy"] in marks and r["param"] == "nested":
+                ax.scatter([float(r["retrains"])], [float(r["score"])], color=c, s=42, marker=marks[r["policy"]],
+                           edgecolor="black", lw=0.5)
+    handles = [plt.Line2D([], [], color="grey", marker=m, ls="", label=t) for t, m in
+               (("periodic / never", "o"), *marks.items())]
+    ax.legend(handles=ax.get_legend_handles_labels()[0] + handles, fontsize=7, frameon=False,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.set_xlabel("retrains (after the first training)")
+    ax.set_ylabel(f"served {metric}{' (' + unit + ')' if unit else ''}, {'higher' if higher_is_better else 'lower'} "
+                  "is better")
+    ax.set_title("Retraining policies: served score against retrains (lag 0 never served)", fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def png_bytes(fig, dpi: int = 90) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=dpi)

@@ -169,8 +169,28 @@ def importance_section(folder: str | Path | None) -> tuple[str, str, str] | None
             note + "".join(_img(p.read_bytes(), f"{p.stem} permutation importance") for p in pngs))
 
 
+def policy_section(folder: str | Path | None, png: Path | None = None) -> tuple[str, str, str] | None:
+    """(anchor, title, html) of the policy stage's recommendation and the frontier ``png``, or None
+    without a policy stage's folder."""
+    path = None if folder is None else Path(folder) / "recommendation.json"
+    if path is None or not path.exists():
+        return None
+    rec = json.loads(path.read_text())
+    cost = f"{rec['retrain_cost']:g} points of served score per retrain" + (
+        f", at most {rec['budget']} retrains" if rec.get("budget") is not None else "")
+    rows = [(m, r["description"], r["retrains"], r["score"], r["std"]) for m, r in rec["per_model"].items()]
+    note = (f"<p><b>{html.escape(rec['text'])}</b></p><p class='note'>Each policy is replayed over the history: "
+            f"period j is served by the latest model trained up to j-1-d (label delay d = {rec['label_delay']}), "
+            f"never by lag 0; triggers choose their threshold on earlier periods only. Price: {cost}. Every "
+            "policy's score is in outputs/policy/policies.csv.</p>")
+    return ("policy", "Retraining policy", note + _table(["model", "its best policy at this price", "retrains",
+                                                        "served score", "seed std"], rows, 2)
+            + (_img(png.read_bytes(), "policy frontier") if png is not None and png.exists() else ""))
+
+
 def render(cohort, title: str | None = None, audit_href: str | None = None, dpi: int = 85, decay=None,
-           estimates: str | Path | None = None, importance: str | Path | None = None) -> str:
+           estimates: str | Path | None = None, importance: str | Path | None = None,
+           policy: str | Path | None = None, policy_png: Path | None = None) -> str:
     """The whole report as one HTML string; ``decay``: the rows of
     :func:`driftmatrix.reporting.drift_decay.correlations` (None: no audit, no such section);
     ``estimates``: a folder of the estimates stage (its section when it holds a backtest)."""
@@ -190,9 +210,7 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
         extra = est_section.section(estimates)
         if extra is not None:
             sections.append(extra)
-    features = importance_section(importance)
-    if features is not None:
-        sections.append(features)
+    sections += [s for s in (policy_section(policy, policy_png), importance_section(importance)) if s is not None]
     nav = "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in sections)
     body = "".join(f'<section id="{a}"><h2>{html.escape(t)}</h2>{b}</section>' for a, t, b in sections)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
@@ -202,7 +220,8 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
 
 def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = None,
         title: str | None = None, cohort=None, decay=None, estimates: str | Path | None = None,
-        importance: str | Path | None = None) -> Path:
+        importance: str | Path | None = None, policy: str | Path | None = None,
+        policy_png: Path | None = None) -> Path:
     """Write the report of a folder of drift-matrix JSON (or of an already built cohort)."""
     from driftmatrix.analysis import matrixfile
     from driftmatrix.analysis.tables import Cohort
@@ -213,6 +232,7 @@ def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = No
     if audit and Path(audit).exists():
         href = os.path.relpath(Path(audit).resolve(), out.resolve().parent)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(cohort, title, href, decay=decay, estimates=estimates, importance=importance),
+    out.write_text(render(cohort, title, href, decay=decay, estimates=estimates, importance=importance,
+                          policy=policy, policy_png=policy_png),
                    encoding="utf-8")
     return out

@@ -14,9 +14,10 @@ does one period ahead); ``IW-inputs`` weights each unit's held-out rows towards 
 a domain classifier on the same input features as the backtest (``driftmatrix.estimate.domain``).
 Per model it trusts the method with the lowest backtest MAE of either
 (``outputs/estimates/backtest.json``), or one that reads no confidences when the period's labels
-seem to have moved (black-box shift estimate above ``estimate.label_shift``), and flags
-``retrain`` when that method's estimate is more than ``estimate.alert_drop`` points below the
-in-distribution score.
+seem to have moved (black-box shift estimate above ``estimate.label_shift``). Each model's
+decision is the one of its policy in ``outputs/policy/recommendation.json`` (:func:`decide`: its
+trigger and the tau it chose on earlier periods), and a drop within twice the binomial standard
+error of the unit's held-out cell is never ``retrain``.
 """
 
 from __future__ import annotations
@@ -196,13 +197,49 @@ def unit_network(params: Params, unit, store, config: Mapping[str, Any], device:
     return transform.load_network(store.folder(unit.key), config, device)
 
 
+#: Standard errors of the held-out cell within which a drop is sampling noise, never a retrain.
+NOISE_SE = 2.0
+
+
+def noise(ms: ModelScores, i: int, summary: Mapping[str, Any] | None) -> float:
+    """NOISE_SE binomial standard errors of cutoff i's held-out cell M[i, i] (seed mean), in the
+    matrix's points, for accuracy-type metrics; else the backtest's noise floor (0 without one)."""
+    if "accuracy" in ms.metric:
+        p, n = float(np.nanmean(ms.values[:, i, i])) / 100.0, float(np.nanmean(ms.n_eval[:, i, i]))
+        if n > 0 and 0.0 <= p <= 1.0:
+            return NOISE_SE * 100.0 * float(np.sqrt(p * (1.0 - p) / n))
+    return float((summary or {}).get("noise_floor") or 0.0)
+
+
+def decide(rule: Mapping[str, Any] | None, ms: ModelScores, i: int, lag: int, drop: float) -> tuple[str, float, float]:
+    """(what, signal, tau) of a unit's policy on the new period: retrain when signal > tau. ``rule``:
+    the model's policy (``recommendation.json`` per_model; None: the estimate trigger at tau 0).
+    The label trigger reads the newest labelled period, the cumulative one adds the labelled
+    losses since deployment to this drop; the drift trigger, whose statistic needs the audit of
+    the new period, is decided by the estimated drop."""
+    policy = (rule or {}).get("policy", "estimate")
+    if policy == "never":
+        return "never retrained", 0.0, np.inf
+    if policy == "periodic":  # a unit trained at cutoff i serves periods i+1..i+H
+        return f"every {rule['param']} periods: lag", float(lag), float(rule["param"])
+    tau = 0.0 if rule is None else np.inf if rule.get("next_tau") is None else float(rule["next_tau"])
+    sign = 1.0 if ms.higher_is_better else -1.0
+    M = sign * np.nanmean(ms.values, axis=0)
+    if policy == "label":
+        return "label trigger: drop on the latest labelled period", float(M[i, i] - M[i, -1]), tau
+    if policy == "cumulative":
+        return "cumulative trigger: summed drop", float(np.nansum(M[i, i] - M[i, i + 1:]) + drop), tau
+    return f"{policy} trigger: estimated drop", drop, tau
+
+
 def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray], task: str, ahead: int,
-                   summary: Mapping[str, Any] | None, alert_drop: float, shift_threshold: float,
+                   summary: Mapping[str, Any] | None, rule: Mapping[str, Any] | None, shift_threshold: float,
                    min_ess: float, cutoffs: Sequence[int] | None = None,
                    cap_slack: float = CAP_SLACK, target_x: np.ndarray | None = None,
                    cache=None) -> list[dict[str, Any]]:
     """One record per cutoff (seeds averaged): every method's estimate, the in-distribution score,
-    the trusted method, its drop and the retrain flag (pure but for the statistics it computes).
+    the trusted method, its drop, the policy's decision (``rule``: :func:`decide`) and the retrain
+    flag, never raised by a drop within the noise (pure but for the statistics it computes).
     ``target_x``: the new rows' input features (``domain.image_features``), with ``ms.inputs``
     those of the slices, for ``IW-inputs``; ``cache``: a ``domain.WeightCache`` of this period."""
     from driftmatrix.estimate.cells import from_doc
@@ -238,11 +275,16 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
         choice = choose(summary, shifted)
         trusted = choice.method if choice.method in methods else "trend"
         drop = round(id_score - methods[trusted] if ms.higher_is_better else methods[trusted] - id_score, 3)
+        lag = K - 1 - i + ahead
+        what, signal, tau = decide(rule, ms, i, lag, drop)
+        floor = noise(ms, i, summary)
         records.append({
-            "model": ms.model, "cutoff": ms.slices[i], "cutoff_index": i, "lag": K - 1 - i + ahead,
+            "model": ms.model, "cutoff": ms.slices[i], "cutoff_index": i, "lag": lag,
             "seeds": len(per_seed), "in_distribution": round(id_score, 3), "estimates": methods,
             "drops": {m: round(id_score - v if ms.higher_is_better else v - id_score, 3) for m, v in methods.items()},
-            "trusted": trusted, "why": choice.reason, "drop": drop, "retrain": bool(drop > alert_drop),
+            "trusted": trusted, "why": choice.reason, "drop": drop, "noise": round(floor, 3),
+            "decision": {"policy": what, "signal": round(signal, 4), "tau": None if np.isinf(tau) else round(tau, 4)},
+            "retrain": bool(signal > tau and drop > floor),
             "label_shift_tv": None if shift is None else round(shift, 4), "label_shift": shifted,
             "iw_ess": None if not ess else round(float(np.mean(ess)), 1),
             "iw_inputs_ess": None if not ess_inputs else round(float(np.mean(ess_inputs)), 1),
@@ -255,9 +297,11 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
 def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slices",
         scores_dir: str | Path = "outputs/scores", checkpoints_dir: str | Path = "outputs/checkpoints",
         estimates_dir: str | Path = "outputs/estimates", out: str | Path | None = None, ahead: int = 1,
-        latest: bool = False, source: str = "checkpoints") -> list[dict[str, Any]]:
+        latest: bool = False, source: str = "checkpoints",
+        policy_dir: str | Path = "outputs/policy") -> list[dict[str, Any]]:
     """Estimate every configured model's cutoff units (or only the latest cutoff) on the new
-    period at ``data``, ``ahead`` periods after the last slice; writes ``out`` (JSON and CSV)."""
+    period at ``data``, ``ahead`` periods after the last slice, and decide under each model's
+    policy (``policy_dir``: the policy stage's folder); writes ``out`` (JSON and CSV)."""
     from driftmatrix.data.table import DatasetMeta
     from driftmatrix.estimate.domain import WeightCache, read_slice_inputs
     from driftmatrix.stages.estimates import load_model, read_manifest
@@ -269,6 +313,8 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
     log.info("estimate: %d rows from %s", len(raw), data)
     backtest_path = Path(estimates_dir) / "backtest.json"
     backtests = json.loads(backtest_path.read_text()) if backtest_path.exists() else {}
+    rec_path = Path(policy_dir) / "recommendation.json"
+    rules = json.loads(rec_path.read_text())["per_model"] if rec_path.exists() else {}
     inputs, target_x, cache = ((read_slice_inputs(slices_dir), features, WeightCache())
                                if cfg.iw_inputs and features is not None else (None, None, None))
     records = []
@@ -283,13 +329,13 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
             log.warning("estimate: %s", exc)
             continue
         records += estimate_model(replace(ms, inputs=inputs), outputs, meta.task, ahead, backtests.get(model),
-                                  cfg.alert_drop, cfg.label_shift, cfg.min_ess, [ms.K - 1] if latest else None,
+                                  rules.get(model), cfg.label_shift, cfg.min_ess, [ms.K - 1] if latest else None,
                                   cfg.cap_slack, target_x, cache)
     if not records:
         raise DataError(f"no model of {list(params.models)} could be estimated on {data} (see the warnings above)")
     if out is not None:
-        write(records, Path(out), {"data": str(data), "rows": int(len(raw)), "alert_drop": cfg.alert_drop,
-                                   "label_shift": cfg.label_shift, "ahead": ahead})
+        write(records, Path(out), {"data": str(data), "rows": int(len(raw)), "policies": rules,
+                                   "noise_se": NOISE_SE, "label_shift": cfg.label_shift, "ahead": ahead})
     return records
 
 
@@ -305,20 +351,27 @@ def write(records: Sequence[Mapping[str, Any]], out: Path, meta: Mapping[str, An
     (out / "estimates.csv").write_text("\n".join(lines) + "\n")
 
 
-def render(records: Sequence[Mapping[str, Any]], alert_drop: float) -> str:
-    """The printed table: per model the trusted method and why, then one line per cutoff with its
-    in-distribution score, its score on the latest labelled period, the trusted estimate and
-    the flag (every method's estimate is in the written JSON and CSV)."""
+def render(records: Sequence[Mapping[str, Any]]) -> str:
+    """The printed table: per model the trusted method and why and its policy, then one line per
+    cutoff with its in-distribution score, its score on the latest labelled period, the trusted
+    estimate, the policy's signal against its tau and the flag (every method's estimate is in the
+    written JSON and CSV)."""
     out, model = [], None
     for r in records:
         if r["model"] != model:
             model = r["model"]
-            out.append(f"\n{model}: trusts {r['trusted']} ({r['why']}); retrain when it drops > {alert_drop} points")
-            out.append(f"  {'cutoff':<8}{'ID':>7}{'latest':>8}{'estimate':>10}  {'trusted':<22}{'drop':>6}  flag")
-        flag = "RETRAIN" if r["retrain"] else "ok"
+            d = r["decision"]
+            when = f"{d['policy']} > {d['tau']:g}" if d["tau"] is not None else f"{d['policy']}: no retrain due"
+            out.append(f"\n{model}: trusts {r['trusted']} ({r['why']}); policy: {when}, and only a drop beyond "
+                       f"{NOISE_SE:g} standard errors of the held-out cell (noise) retrains")
+            out.append(f"  {'cutoff':<8}{'ID':>7}{'latest':>8}{'estimate':>10}  {'trusted':<22}{'drop':>6}{'noise':>7}"
+                       f"{'signal':>8}  flag")
+        d = r["decision"]
+        due = d["tau"] is not None and d["signal"] > d["tau"]
+        flag = "RETRAIN" if r["retrain"] else "ok (drop within noise)" if due else "ok"
         if r["warning"]:
             flag += f"  (label shift {r['label_shift_tv']:.2f}: confidence-based estimates not trusted)"
         latest = r["estimates"].get("carry-forward" + PREVIOUS, float("nan"))
         out.append(f"  {r['cutoff']:<8}{r['in_distribution']:>7.1f}{latest:>8.1f}{r['estimates'][r['trusted']]:>10.1f}"
-                   f"  {r['trusted']:<22}{r['drop']:>6.1f}  {flag}")
+                   f"  {r['trusted']:<22}{r['drop']:>6.1f}{r['noise']:>7.1f}{r['decision']['signal']:>8.2f}  {flag}")
     return "\n".join(out).lstrip("\n")

@@ -12,7 +12,9 @@ and model, and the matrices, plots and report as artifacts, and the estimates st
 ``estimates · <dataset>`` from ``outputs/estimates`` (one MLflow start for both); then the model
 registry is made to
 agree with the matrices (:mod:`driftmatrix.tracking.registry`: each version's scores and description,
-each model's description linking this run, the advisor's ``recommended-h<H>`` aliases).
+each model's description linking this run, the advisor's ``recommended-h<H>`` aliases); the policy
+stage's run ``policy · <dataset>`` is logged from ``outputs/policy`` and the alias ``recommended``
+follows its recommended model (none when no model beats the baseline by more than the noise).
 """
 
 from __future__ import annotations
@@ -36,6 +38,19 @@ def write_plots(cohort: Cohort, plots_dir: Path) -> list[Path]:
     sc = figures.scales(cohort)
     return [figures.save(figures.model_heatmap(cohort, name, sc), plots_dir / f"{name}.png")
             for name in cohort.models]
+
+
+def write_frontier(cohort: Cohort, policies: Path, png: Path) -> Path | None:
+    """The policy stage's frontier (``policies.csv``) as a PNG, or None without one."""
+    import csv
+
+    from driftmatrix.reporting import figures
+
+    if not policies.exists():
+        return None
+    with policies.open() as f:
+        rows = list(csv.DictReader(f))
+    return figures.save(figures.policy_frontier(rows, cohort.metric, cohort.unit, cohort.higher_is_better), png)
 
 
 def log_to_mlflow(params: Params, cohort: Cohort, matrices: list[Path], plots: list[Path], report: Path,
@@ -74,10 +89,12 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
     decay = None if audit_doc is None else drift_decay.correlations(audit_doc, cohort)
     if decay is not None:
         (report_path.parent / "drift_vs_decay.json").write_text(json.dumps(decay, indent=2))
+    policy_dir = matrices_dir.parent / "policy"
+    frontier = write_frontier(cohort, policy_dir / "policies.csv", report_path.parent / "plots" / "policy_frontier.png")
     report = html.run(matrices_dir, report_path, audit=audit, title=title or f"Drift matrices: {dataset}",
-                      cohort=cohort, decay=decay,
+                      cohort=cohort, decay=decay, policy_png=frontier,
                       estimates=estimates if estimates is not None else matrices_dir.parent / "estimates",
-                      importance=matrices_dir.parent / "importance")
+                      importance=matrices_dir.parent / "importance", policy=matrices_dir.parent / "policy")
     log.info("report: %s (%d heatmaps)", report, len(plots))
     if params is not None:
         from driftmatrix.stages import estimates as estimates_stage
@@ -90,7 +107,13 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
                                                    else matrices_dir.parent / "estimates")
         if estimates_run:
             log.info("report: logged the estimates stage's run %s", estimates_run)
+        from driftmatrix.stages import policy as policy_stage
         from driftmatrix.tracking import registry as registry_info
 
-        registry_info.annotate(params, cohort, run_id)  # version scores, descriptions, advisor aliases
+        policy_run = policy_stage.log_folder(params, policy_dir, frontier)
+        if policy_run:
+            log.info("report: logged the policy stage's run %s", policy_run)
+        rec = policy_dir / "recommendation.json"
+        recommended = json.loads(rec.read_text())["model"] if rec.exists() else None
+        registry_info.annotate(params, cohort, run_id, recommended)  # version scores, descriptions, aliases
     return report

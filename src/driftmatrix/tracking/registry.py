@@ -16,7 +16,9 @@ and runs whenever the matrices change; after logging its ``matrices · <dataset>
   never a baseline, with the best served score when retrained every H periods, as ``driftmatrix
   recommend``) gets the alias ``recommended-h<H>`` on this project's version of its latest
   cutoff's lowest-seed unit, and no other registered model of the dataset keeps that alias. A new period moves it
-  to the new cutoff's version; a new leader moves it to another model.
+  to the new cutoff's version; a new leader moves it to another model;
+- the alias ``recommended`` goes the same way to the policy stage's recommended model, and to no
+  version when the recommendation is to deploy none (never to the baseline).
 
 Only what differs is written, so a second run over the same matrices writes nothing.
 """
@@ -36,6 +38,7 @@ from driftmatrix.config import ConfigError, Params, build
 log = logging.getLogger(__name__)
 
 ALIAS_PREFIX = "recommended-h"
+POLICY_ALIAS = "recommended"  # the policy stage's recommended (model, policy): its model's latest cutoff
 SCORE_TAGS = ("metric", "in_distribution", "future_mean", "decay")
 
 
@@ -158,13 +161,14 @@ def _config_of(client, version) -> dict[str, Any] | None:
         return None
 
 
-def annotate(params: Params, cohort, matrices_run: str | None = None) -> dict[str, Any]:
+def annotate(params: Params, cohort, matrices_run: str | None = None, recommended: str | None = None) -> dict[str, Any]:
     """Make the registry agree with ``cohort`` (the matrices just reported); see the module
-    docstring. Returns what it did: ``{"versions": n tagged, "aliases": {alias: "name/version"}}``."""
+    docstring; ``recommended``: the policy stage's model, which gets the alias ``recommended``
+    (a baseline or None: no version keeps it). Returns what it did: ``{"versions": n tagged, "aliases": {alias: "name/version"}}``."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix.models.catalog import REGISTRY
+    from driftmatrix.models.catalog import BASELINE_FAMILY, REGISTRY
     from driftmatrix.tracking.pyfunc import quiet_mlflow
 
     cfg = params.tracking
@@ -211,6 +215,10 @@ def annotate(params: Params, cohort, matrices_run: str | None = None) -> dict[st
                 if matrices_run and rm.tags.get("matrices_run") != matrices_run:
                     client.set_registered_model_tag(name, "matrices_run", matrices_run)
     picks = recommend(client, dataset, cohort, registered, horizons, latest)
+    if recommended is not None and cohort.families.get(recommended) == BASELINE_FAMILY:
+        recommended = None  # the deployer is told in words; no alias points at the baseline
+    picks.update(point(client, dataset, registered, POLICY_ALIAS, recommended if recommended in latest else None,
+                       latest))
     if touched or picks:
         log.info("registry: %d version tags written; %s", touched,
                  ", ".join(f"{a} -> {p}" for a, p in picks.items()) or "no advisor alias")
@@ -232,18 +240,24 @@ def recommend(client, dataset: str, cohort, registered: Mapping[str, Any], horiz
         alias = alias_for_horizon(h)
         ranked = [s for s in advisor.rank_for_horizon(stacks, h, cohort.higher_is_better) if math.isfinite(s.mean)] \
             if stacks else []
-        target = None
-        for pick in ranked:  # the leader, or the next one when the leader has no version to point at
-            if pick.model in latest:
-                target = (tracking.registered_name(dataset, pick.model), str(latest[pick.model].version))
-                break
-        for model, rm in registered.items():
-            name = tracking.registered_name(dataset, model)
-            held = {a: str(v) for a, v in (rm.aliases or {}).items()}
-            if target and name == target[0]:
-                if held.get(alias) != target[1]:
-                    client.set_registered_model_alias(name, alias, target[1])
-                out[alias] = f"{name}/{target[1]}"
-            elif alias in held:
-                client.delete_registered_model_alias(name, alias)
+        # the leader, or the next one when the leader has no version to point at
+        out.update(point(client, dataset, registered, alias, next((p.model for p in ranked if p.model in latest), None),
+                         latest))
+    return out
+
+
+def point(client, dataset: str, registered: Mapping[str, Any], alias: str, model: str | None,
+          latest: Mapping[str, Any]) -> dict[str, str]:
+    """``alias`` on ``latest[model]`` and on no other registered model of ``dataset`` (None: on none)."""
+    out = {}
+    target = None if model is None else (tracking.registered_name(dataset, model), str(latest[model].version))
+    for m, rm in registered.items():
+        name = tracking.registered_name(dataset, m)
+        held = {a: str(v) for a, v in (rm.aliases or {}).items()}
+        if target and name == target[0]:
+            if held.get(alias) != target[1]:
+                client.set_registered_model_alias(name, alias, target[1])
+            out[alias] = f"{name}/{target[1]}"
+        elif alias in held:
+            client.delete_registered_model_alias(name, alias)
     return out
