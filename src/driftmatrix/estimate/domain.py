@@ -1,16 +1,10 @@
-"""Input-space domain classifier for ``IW-inputs``: per-slice input features, and importance
-weights of a unit's held-out rows towards a new period from a classifier between the two.
+"""Input-space domain classifier for ``IW-inputs``: per-slice input features, and importance weights
+of a unit's held-out rows towards a new period.
 
-The features do not depend on the model, so they are read once per dataset (:func:`read_slice_inputs`)
-and the weights of a (training window, period) pair are shared by every seed and model that
-has that window. Pixel datasets reduce each image to 8 x 8 mean-pooled grey levels plus the mean
-of each channel (:func:`image_features`); feature tables use their numeric columns, missing
-values at the column's median (:func:`table_features`). Text and other inputs have no features
-here (a document would need an encoder's embedding, model-dependent and not kept by the
-forward pass): ``IW-inputs`` is then absent, as it is for regression and multi-label tasks.
-
-Everything but the two ``read_*`` functions is pure.
-"""
+The features do not depend on the model, so they are read once per dataset and a (window, period)
+pair's weights are shared by every seed and model. Only pixel datasets and feature tables have
+features here; text would need a model-dependent embedding. All but the ``read_*`` functions are
+pure."""
 
 from __future__ import annotations
 
@@ -37,9 +31,7 @@ C_REG = 0.1
 
 @dataclass(frozen=True)
 class SliceInputs:
-    """Per slice (in slice order) the features of every row, in the row order of the slice's
-    future cells (all its rows), and which of them are its test split (the row order of its
-    held-out cells: the test rows in the same order)."""
+    """Per slice the features of every row (future cells' row order) and which are its test split."""
 
     x: Sequence[np.ndarray]
     test: Sequence[np.ndarray]
@@ -55,9 +47,8 @@ class SliceInputs:
 
 
 def image_features(images: np.ndarray, grid: int = GRID) -> np.ndarray:
-    """(N, grid * grid + 3) float: the grey image mean-pooled to ``grid`` x ``grid`` cells, then
-    the mean of each channel, all in 0..1, from the audit's block averages
-    (``audit.drift.downsample_images``: images (N, H, W, 3) uint8, cropped to multiples of grid)."""
+    """(N, grid * grid + 3) float in 0..1: the grey image mean-pooled to ``grid`` x ``grid``, then
+    each channel's mean."""
     from driftmatrix.audit.drift import downsample_images
 
     out = np.empty((len(images), grid * grid + 3))
@@ -92,10 +83,8 @@ def split_by_slice(features: np.ndarray, slice_ids: np.ndarray, split: np.ndarra
 
 
 def coverage(weights: np.ndarray) -> float:
-    """The share of the period's input distribution that the held-out rows' support covers, as
-    the mean density-ratio weight (E_source[p_t / p_s] = the target's mass on the source's
-    support), at most 1. A period outside the held-out support gets weights near 0 everywhere,
-    which Kish's ratio alone cannot see (it is scale-free)."""
+    """The share of the period's input distribution the held-out rows' support covers (mean weight,
+    at most 1): Kish's ratio alone is scale-free and cannot see a period outside that support."""
     return float(min(1.0, np.mean(weights))) if len(weights) else 0.0
 
 
@@ -108,16 +97,12 @@ def ess(weights: np.ndarray) -> float:
 
 def domain_weights(source_x: np.ndarray, target_x: np.ndarray, max_weight: float = MAX_WEIGHT,
                    folds: int = FOLDS, c_reg: float = C_REG, seed: int = 0) -> tuple[np.ndarray, float]:
-    """(weight of each source row, effective sample size) for reweighting the source rows (a
-    unit's held-out rows) to the target's input distribution (a period's rows; no labels).
+    """(weight of each source row, effective sample size) reweighting source rows to the target's
+    input distribution.
 
-    A logistic regression on standardised features tells target from source with balanced class
-    weights, so its odds p / (1 - p) estimate the density ratio p_target(x) / p_source(x) whatever
-    the two sizes; each source row's probability is cross-fitted (``folds``-fold, stratified,
-    shuffled with ``seed``, the period's rows sorted first so that their order does not matter),
-    so a row's weight comes from a classifier that did not see it. Weights are
-    clipped at ``max_weight`` and not normalised: their mean is :func:`coverage`, which enters
-    :func:`ess`. Fewer than two rows on either side: uniform weights."""
+    A balanced logistic regression's odds estimate the density ratio whatever the two sizes; each
+    row's probability is cross-fitted, so its weight comes from a classifier that did not see it.
+    Weights are clipped at ``max_weight`` and not normalised: their mean is :func:`coverage`."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
     from sklearn.pipeline import make_pipeline
@@ -140,10 +125,8 @@ def domain_weights(source_x: np.ndarray, target_x: np.ndarray, max_weight: float
 
 
 class WeightCache:
-    """Domain weights of (held-out rows of a window, period) pairs of one dataset's inputs,
-    computed once and shared by every seed and model with that window. The key names the period
-    (a slice index, or "new" for a period outside the slices): a cache belongs to one set of
-    inputs and one new period."""
+    """Domain weights of (held-out rows of a window, period) pairs of one dataset's inputs, computed
+    once; a cache belongs to one set of inputs and one new period."""
 
     def __init__(self):
         self.done: dict[tuple[tuple[int, ...], object], tuple[np.ndarray, float]] = {}
