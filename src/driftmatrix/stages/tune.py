@@ -1,35 +1,14 @@
 """Hyperparameter search (Optuna) that never reads a row from after the tuning cutoff.
 
-Protocol (docs/explain-and-tune.md): for a tuning cutoff ``c`` and ``v`` validation periods the
-tuner may read D_<=c only, the train splits of slices 0..c (``training.cutoff_train_rows``), i.e.
-exactly what the cutoff-``c`` model of the study trains on. Inside it, an inner temporal split:
+For cutoff ``c`` and ``v`` validation periods the tuner reads only the train splits of slices 0..c,
+split into inner train (0..c-v) and validation (c-v+1..c); :func:`restrict` cuts the data down
+before :func:`objective` sees it (docs/explain-and-tune.md). A study per (dataset, model) lives in
+sqlite and resumes up to ``tune.n_trials``. Trials run on the stage executor through ask/tell, and
+the driver alone tells the study and logs runs, in trial order, so the study is the same on every
+executor. The best settings become ``presets/tuned/<dataset>-<model>.yaml``.
 
-- inner train: train splits of slices 0..c-v;
-- validation: train splits of slices c-v+1..c (the "future" of the inner model).
-
-No test row of any slice and no row of a slice after ``c`` is ever read: :func:`restrict` cuts
-the inputs and targets down to D_<=c before the objective sees them, and :func:`objective` is a
-function of that restricted data and a training config only (tests poison everything else). The
-score is the mean over the validation slices of the task's cell metric (``tasks.cell_score``),
-like the future mean of a drift-matrix row; it is reported after every epoch for median pruning.
-
-A study per (dataset, model) lives in sqlite storage; re-running the command resumes it up to
-``tune.n_trials`` finished trials (trials a killed process left RUNNING are marked FAIL first).
-Trials are work items of the stage executor (``driftmatrix.runtime.executor``: this process, or Ray tasks)
-through Optuna's ask/tell: the driver asks a round of ``tune.parallel`` trials, workers train and
-judge pruning against the trials finished when the round was asked (:class:`Pruning`), and the
-driver alone tells the study and writes each trial's MLflow run (tagged ``kind=tuning``), in trial
-order. The study is therefore the same on every executor; ``parallel: 1`` is Optuna's sequential
-``optimize``. The best parameters are written as a preset
-(``presets/tuned/<dataset>-<model>.yaml``) holding a ``models: {<model>: {...}}`` block and a
-``tuned: {<model>: {cutoff, study}}`` block that records where they were chosen.
-
-Methodological caveat (:func:`caveat`): the tuned settings are applied to *every* cutoff of the
-study, including those before the tuning cutoff, which then train with settings chosen on data
-from after their own cutoff. This is a deliberate choice (one configuration per model keeps the
-matrix rows comparable); it is written into the preset header, and :func:`tuned_caveats` gives the
-report its text for every tuned model.
-"""
+They apply to every cutoff, including those before the tuning cutoff (one configuration per model
+keeps the rows comparable); :func:`caveat` says so in the preset and the report."""
 
 from __future__ import annotations
 
@@ -164,12 +143,9 @@ def validation_score(model, data: TuningData, cfg: TrainConfig) -> float:
 
 def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any], seed: int, device,
               report: Callable[[int, float], None] | None = None) -> float:
-    """Train on the inner train rows with ``cfg``; validation score after the last epoch.
-
-    The model starts at the inner train rows' output prior (``models.heads.init_output_bias``), as
-    the study's models start at their cutoff's prior. ``report(epoch, score)`` is called after
-    every epoch (it may raise to prune the trial).
-    """
+    """Train on the inner train rows with ``cfg``; validation score after the last epoch. The model
+    starts at the inner train rows' output prior, as the study's models do; ``report(epoch,
+    score)`` may raise to prune."""
     from driftmatrix.models.heads import init_output_bias
     from driftmatrix.learn.tasks import make_loss
     from driftmatrix.learn.fit import fit
@@ -296,9 +272,8 @@ class TuneRecipe:
 
 @dataclass(frozen=True)
 class Pruning:
-    """What a trial's pruning decisions see: the median pruner's settings and the study's trials
-    finished when its round was asked. Workers judge against this copy and never touch the live
-    study; with one trial per round it is exactly what the live study would show."""
+    """The median pruner's settings and the study's trials finished when a round was asked: workers
+    judge against this copy, never the live study."""
 
     direction: str  # maximize | minimize
     startup_trials: int
@@ -327,8 +302,7 @@ class TrialItem:
 
 
 def trial_task(ctx: TuneContext, item: TrialItem) -> dict[str, Any]:
-    """Worker side of one trial: train with its settings, judge pruning after every epoch, and return
-    the per-epoch validation scores (writes nothing: the driver tells the study and logs MLflow)."""
+    """Worker side of one trial: train, judge pruning after every epoch, return the epoch scores."""
     import optuna
 
     cfg = build(TrainConfig, {**_asdict(ctx.exp.cfg), **item.overrides}, "tune trial")
@@ -354,12 +328,9 @@ def optimize(study, n_trials: int, cfg: TuneConfig, skip: tuple[str, ...], execu
              context: TuneContext | None, record: Callable[[Any, Mapping[str, Any], Any], None]) -> int:
     """Run ``n_trials`` trials in rounds of ``cfg.parallel``; returns how many were started.
 
-    A round's trials are asked together, run through ``executor`` (at once on Ray) and then told,
-    with ``record(trial, overrides, result)``, in trial order (``result`` None: it did not finish).
-    Each trial sees the results of earlier rounds only, so the study does not depend on the executor
-    or on which trial finished first; ``parallel: 1`` is Optuna's sequential ``optimize``. Like
-    ``optimize``, no round starts once ``cfg.timeout`` seconds have passed.
-    """
+    A round's trials are asked together, run through ``executor`` and told with ``record(trial,
+    overrides, result)`` in trial order, so each sees only earlier rounds and the study does not
+    depend on the executor; no round starts after ``cfg.timeout`` seconds."""
     from optuna.trial import TrialState
 
     from driftmatrix.runtime.executor import Progress
@@ -488,10 +459,7 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
 
 
 def caveat(model: str, cutoff: str, labels: Sequence[str] | None = None) -> str:
-    """The caveat of applying settings tuned at ``cutoff`` to every cutoff (one paragraph).
-
-    With the study's slice ``labels`` it names the cutoffs before ``cutoff`` that are affected.
-    """
+    """The caveat of applying settings tuned at ``cutoff`` to every cutoff, naming the affected ``labels``."""
     cutoff = str(cutoff)
     before = ""
     if labels is not None and cutoff in [str(x) for x in labels]:
