@@ -1,28 +1,8 @@
 """Saliency stage: maps, concentration table, figures and MLflow logging for chosen checkpoints.
 
-Reads ``params.yaml: saliency`` (see docs/explain-and-tune.md)::
-
-    saliency:
-      pairs:                      # (model, cutoff) checkpoints, cutoffs by slice label
-        - {model: CNN-S, cutoff: 1955}
-        - {model: MLP-S, cutoff: 1955}
-      eval_years: [1958, 1965]    # evaluation slices, by label
-      n_images: 500               # at most this many images of each evaluation year
-      batch_size: 128
-      block: 2                    # concentration scored over block x block cells (1 = pixels)
-
-For every pair, seed and evaluation year the images are the evaluation set of the drift-matrix
-cell (``evaluation.eval_mask``) subsampled to ``n_images`` with a seed fixed per evaluation year,
-so every model and cutoff of the same cell type looks at the same portraits.
-
-Writes under ``out`` (default ``outputs/saliency/``): ``arrays/<model>/cutoff<c>_eval<e>.npz``
-(``maps`` S x H x W per seed, ``mean``, ``seeds``, ``image`` mean image H x W x 3 in [0, 1],
-``rows`` the row indices used), ``saliency_eval<e>.png`` (models as rows, the mean image then one
-column per cutoff), ``concentration.csv`` (one row per model, cutoff, eval year and seed),
-``concentration_summary.csv`` (seed mean and std) and ``concentration.json`` (both). Scores:
-``top5_share`` / ``entropy`` of the mean map, ``top5_share_img`` / ``entropy_img`` the mean over
-images of the same scores of each image's own map; all over ``block x block`` cells.
-"""
+Reads ``params.yaml: saliency`` and writes under ``outputs/saliency/`` (both in docs/explain-and-
+tune.md). The images of a cell are its evaluation set subsampled with a seed fixed per evaluation
+year, so every model and cutoff of the same cell type looks at the same portraits."""
 
 from __future__ import annotations
 
@@ -115,12 +95,8 @@ def pixel_batches(pixels, rows: np.ndarray, batch_size: int) -> Iterator:
 
 
 def forward_builder(exp):
-    """A function: loaded checkpoint -> (module, prepare) that runs it from [-1, 1] pixels.
-
-    Pixel models are used as they are. A frozen image encoder's head (``inputs="pooled"``) is
-    preceded by its frozen backbone (``explain.adapters``), loaded once here from ``params.yaml:
-    embed.sources`` when given; the gradient flows through the backbone.
-    """
+    """A function: loaded checkpoint -> (module, prepare) that runs it from [-1, 1] pixels; a frozen
+    image encoder's head is preceded by its backbone, so the gradient flows through it."""
     if exp.spec.inputs == "pixels":
         return lambda model: (model, None)
     if exp.spec.inputs == "pooled" and exp.spec.modality == "image":
@@ -316,8 +292,8 @@ def _live_runs(params: Params, dataset: str, model: str) -> dict[str, str]:
 
 
 def _log_runs(params: Params, logged, table, figures) -> None:
-    """Metrics and artifacts on the MLflow run of each checkpoint, through the client API: the
-    finished runs are not re-opened, so their recorded training times stay as they were."""
+    """Metrics and artifacts on each checkpoint's MLflow run through the client API: the finished
+    runs are not re-opened, so their recorded training times stay as they were."""
     import time
 
     import mlflow
