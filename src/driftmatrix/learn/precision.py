@@ -1,10 +1,7 @@
 """Numeric precision of training and inference: ``auto`` takes bf16 only where it is fast.
 
-bf16 autocast pays off only on hardware with bf16 matrix units: CPUs with AMX-BF16 or
-AVX512-BF16, GPUs whose ``torch.cuda.is_bf16_supported()`` is true. Elsewhere PyTorch emulates
-bf16 through fp32 and conversions, which is slower than plain fp32, so a request for bf16 on such
-hardware falls back to fp32 with a warning instead of silently running slower.
-"""
+Without bf16 matrix units (AMX-BF16, AVX512-BF16, a CUDA bf16 GPU) PyTorch emulates bf16 more slowly
+than fp32, so bf16 there falls back to fp32 with a warning."""
 
 from __future__ import annotations
 
