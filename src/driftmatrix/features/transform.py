@@ -1,8 +1,6 @@
-"""One transform per input kind, from a raw record to the model's input, and the forward pass as
-the evaluate stage runs it: what the registered pyfunc model (``tracking.pyfunc``), ``estimate
---data`` and the parity tests use. Images are read as ingestion reads them (``yearbook.decode``:
-OpenCV INTER_AREA), texts as the embed stage encodes them, feature rows value by value through the
-table reader's own parsers; a record that cannot be read is a ``DataError`` naming row and field."""
+"""One transform per input kind, from a raw record to the model's input, and the forward pass as the
+evaluate stage runs it: shared by the pyfunc model, ``estimate --data`` and the parity tests, so
+what is served is what was scored. A record that cannot be read is a ``DataError`` naming it."""
 
 from __future__ import annotations
 
@@ -191,11 +189,8 @@ def as_texts(model_input) -> list[str]:
 def as_frame(model_input, numeric: Sequence[str], categorical: Sequence[str],
              na_values: Sequence[str] | None = None) -> pd.DataFrame:
     """Feature rows (a DataFrame, a dict of columns or a list of row dicts) as ingestion keeps them,
-    value by value through ``data.sources.tabular``'s ``parse_number`` and ``parse_category``:
-    numbers float64 (integers and booleans welcome, NaN missing), categories canonical text of any
-    dtype (1, 1.0, "1" and True are "1"; spaces stripped; None missing). A feature column the
-    input lacks, or a value ingestion would drop, is an error naming it; other columns are ignored.
-    ``na_values``: the dataset's missing-value markers (default: the reader's)."""
+    value by value through the table reader's ``parse_number`` and ``parse_category``; a missing
+    feature column or a value ingestion would drop is an error naming it."""
     from driftmatrix.data.sources.tabular import NA_VALUES, parse_category, parse_number
 
     na = frozenset(NA_VALUES if na_values is None else na_values)

@@ -1,11 +1,8 @@
 """Matrices stage: score rows -> seed-level drift matrices, summary scores, DVC metrics.
 
-Assembles exactly the cells of the current configuration (models, seeds, slices, settings: the
-plan of ``driftmatrix.units.plan``) from ``outputs/scores``; score files of other configurations are
-counted as stale and never averaged in. Numbers only (numpy and pandas): the heatmaps, the HTML
-report and the MLflow record of these matrices are the report stage's (``driftmatrix.stages.report``),
-so the time to a matrix pays for neither matplotlib nor an MLflow store.
-"""
+Assembles exactly the plan's cells from ``outputs/scores``; scores of other configurations are stale
+and never averaged in. Numbers only: figures, HTML and MLflow are the report stage's, so the time to
+a matrix pays for neither matplotlib nor an MLflow store."""
 
 from __future__ import annotations
 
@@ -35,12 +32,8 @@ DVC_MATRICES = Path("metrics/matrices")
 def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[str, Any]],
              metric, dataset: str, precision: str = "") -> DriftMatrices:
     """The (S, K, K) seed stack of exactly the plan's cells (pure); unscored cells stay NaN.
-
-    ``docs``: unit key -> score document (``evaluation.ScoreStore``); ``metric``: the task's
-    ``tasks.Metric``. ``extra`` carries the cells' n_eval (of the first seed), the window, the
-    precision, how many cells are missing, and the unit key and measured training seconds of
-    every (seed, cutoff) (None where its score doc has none).
-    """
+    ``extra`` carries n_eval, the window, the precision, the missing count, and each (seed,
+    cutoff)'s unit key and training seconds."""
     from driftmatrix.units.store import current_row
 
     K, S = len(plan.labels), len(plan.seeds)
@@ -131,10 +124,8 @@ def _is_matrix_file(path: Path) -> bool:
 
 
 def remove_stale(out_dir: Path, models: set[str]) -> list[Path]:
-    """Remove the files this stage wrote for models outside ``models`` (dropped from params.yaml,
-    or with nothing scored now): a drift-matrix JSON and its ``.csv`` / ``_std.csv`` beside it.
-    Run outside DVC (which empties the folder first), they would otherwise reach the report and
-    the advisor as current models. Other files are not the stage's and stay."""
+    """Remove this stage's matrix files of models outside ``models``: run outside DVC (which empties
+    the folder first), they would otherwise reach the report and the advisor as current models."""
     removed = []
     for path in sorted(out_dir.glob("*.json")):
         if path.stem in models or path.name == "summary.json" or not _is_matrix_file(path):
