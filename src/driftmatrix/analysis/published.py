@@ -16,9 +16,6 @@ from driftmatrix.analysis._nan import nanmean
 from driftmatrix.analysis.matrixfile import DriftMatrices
 from driftmatrix.analysis.summary import MatrixSummary, summarize
 
-STATS = ("in_distribution", "future", "decay", "backward", "td_score")
-
-
 @dataclass(frozen=True)
 class Comparison:
     model: str
@@ -38,10 +35,6 @@ class Comparison:
     @property
     def max_abs_diff(self) -> float:
         return float(np.nanmax(np.abs(self.cell_diff))) if self.n_cells else float("nan")
-
-    def summary_diff(self) -> dict[str, float]:
-        o, p = self.ours.as_dict(), self.published.as_dict()
-        return {k: o[k] - p[k] for k in STATS}
 
 
 def common_slices(a: list[str], b: list[str]) -> tuple[list[str], list[int], list[int]]:
