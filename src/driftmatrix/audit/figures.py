@@ -1,9 +1,5 @@
-"""PNG figures (bytes) for the audit: heatmaps in drift-matrix orientation, prevalence lines.
-
-Heatmaps are drawn by the same code as the model drift matrices (``reporting.figures``): slice
-``i`` on the rows (y axis), slice ``j`` on the columns (x axis), origin lower-left, so time
-increases upwards and to the right.
-"""
+"""PNG figures (bytes) for the audit, heatmaps drawn by the model matrices' code
+(``reporting.figures``) so both read the same way."""
 
 from __future__ import annotations
 

@@ -1,13 +1,7 @@
-"""Download real datasets into ``data/<dataset>/``: resumable (HTTP Range on a ``.part`` file),
-verified (sha256 when known, else the announced size), recorded (``fetch.json``: url, size, sha256).
-
-All source URLs live in :data:`SOURCES`. Datasets behind a login (arXiv on Kaggle) print the exact
-manual steps instead.
-
-Only ``http(s)://`` and ``file://`` URLs are fetched (redirects only to ``http(s)://``), and every
-file name is a sanitised basename (:func:`safe_name`): a ``--category`` or a URL can never name a
-path outside the dataset folder.
-"""
+"""Download real datasets into ``data/<dataset>/``: resumable, verified (sha256 or size) and
+recorded in ``fetch.json``; datasets behind a login print the manual steps. Only ``http(s)`` and
+``file`` URLs are fetched and every file name is a sanitised basename (:func:`safe_name`), so no
+input can name a path outside the dataset folder."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
 """Permutation importance of tabular models per cutoff: which features a model leans on, and how
 that changes as the world drifts (``driftmatrix importance``).
 
-For every tabular model (``inputs == "table"``) of ``params.yaml`` and every cutoff i, the unit of
-the first seed is scored on its **own held-out rows**: the test splits of the slices in its
-training window (rows it never trained on, from the periods it knew). Each feature column is then
-shuffled among those rows (``repeats`` seeded permutations) and the score drop is its importance,
-in the cell metric's points (positive = the model needs the feature; for a lower-is-better
-metric the sign is turned so that this still holds). Writes ``<out>/<model>.json`` (``features``,
-``cutoffs``, ``values`` F x K, ``std``, ``baseline``), ``<out>/<model>.png`` (features x cutoffs
-heatmap) and ``<out>/report.html`` with every model's heatmap.
-"""
+The first seed's unit of each cutoff is scored on its own held-out rows (rows it never trained on,
+from the periods it knew) with each feature shuffled ``repeats`` times; the score drop, signed so
+positive means the model needs the feature, is its importance in the metric's points."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""DVC at the edge: a torn ``dvc.lock`` moved aside (:func:`repair_dvc_lock`), and a preset run as a
-DVC experiment.
+"""DVC at the edge: a torn ``dvc.lock`` moved aside (:func:`repair_dvc_lock`, run by ``make repro``
+first), and a preset run as a DVC experiment.
 
 Copying a preset over ``params.yaml`` loses what DVC's experiments give (a named experiment, params
 and metrics diffs, ``dvc exp apply``), so the preset becomes ``dvc exp run -S`` overrides:

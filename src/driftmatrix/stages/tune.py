@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -151,23 +151,6 @@ def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any
     from driftmatrix.learn.fit import fit
 
     model = new_model(seed)
-    if hasattr(model, "predict_arrays"):  # a tabular model: preprocessing and model fitted on the inner train rows
-        scores: list[float] = []
-
-        def report_epoch(epoch: int, _loss: float) -> None:
-            scores.append(validation_score(model, data, cfg))
-            model.train()
-            if report:
-                report(epoch, scores[-1])
-
-        model.fit(data.inputs, data.train_pos, data.targets_np, cfg, seed, device, report_epoch, loop=fit)
-        if not scores:  # fitted by its library in one go: one report
-            scores.append(validation_score(model, data, cfg))
-            if report:
-                report(0, scores[-1])
-        return scores[-1]
-    init_output_bias(model, data.task, data.targets_np[data.train_pos])
-    loss_fn = make_loss(data.task, data.targets_np[data.train_pos])
     scores: list[float] = []
 
     def on_epoch(epoch: int, _loss: float) -> None:
@@ -176,6 +159,13 @@ def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any
         if report:
             report(epoch, scores[-1])
 
+    if hasattr(model, "predict_arrays"):  # a tabular model: preprocessing and model fitted on the inner train rows
+        model.fit(data.inputs, data.train_pos, data.targets_np, cfg, seed, device, on_epoch, loop=fit)
+        if not scores:  # fitted by its library in one go: one report
+            on_epoch(0, 0.0)
+        return scores[-1]
+    init_output_bias(model, data.task, data.targets_np[data.train_pos])
+    loss_fn = make_loss(data.task, data.targets_np[data.train_pos])
     fit(model, data.inputs, data.targets, data.train_pos, cfg, loss_fn, seed, device, on_epoch)
     return scores[-1] if scores else validation_score(model, data, cfg)
 
@@ -218,14 +208,6 @@ def has_dropout(model) -> bool:
 
 
 # --- the study (side effects: storage, MLflow, preset file) ---------------------------------------
-def study_name(dataset: str, model: str) -> str:
-    return f"{dataset}-{model}"
-
-
-def trial_run_name(model: str, number: int) -> str:
-    return f"tune · {model} · trial {number}"
-
-
 def _storage_url(url: str) -> str:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -305,7 +287,7 @@ def trial_task(ctx: TuneContext, item: TrialItem) -> dict[str, Any]:
     """Worker side of one trial: train, judge pruning after every epoch, return the epoch scores."""
     import optuna
 
-    cfg = build(TrainConfig, {**_asdict(ctx.exp.cfg), **item.overrides}, "tune trial")
+    cfg = build(TrainConfig, {**asdict(ctx.exp.cfg), **item.overrides}, "tune trial")
     judge = item.pruning.judge()
     epochs: list[tuple[int, float, float]] = []  # (epoch, score, unix time)
 
@@ -402,7 +384,7 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
     skip = () if has_dropout(exp.new_model(0)) else ("dropout",)
     setup = fingerprint(model, exp.manifest["data_version"], cfg.cutoff, cfg.validation_periods,
                         dict(cfg.space), exp.cfg, cfg.seed)
-    name = study_name(exp.dataset, model)
+    name = f"{exp.dataset}-{model}"
     url = _storage_url(storage or cfg.storage)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
@@ -430,7 +412,7 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
     def record(trial, overrides: Mapping[str, Any], result: Mapping[str, Any] | None) -> None:
         state = tell(study, trial, result)
         if exp_id is not None:
-            _log_trial(exp_id, trial_run_name(model, trial.number),
+            _log_trial(exp_id, f"tune · {model} · trial {trial.number}",
                        {**info, "trial": str(trial.number), "git_commit": commit},
                        {**overrides, "train_rows": len(data.train_pos), "val_rows": len(data.val_pos),
                         "train_slices": f"{train_slices[0]}..{train_slices[1]}",
@@ -484,12 +466,6 @@ def tuned_caveats(params: Params, labels: Sequence[str] | None = None) -> dict[s
             raise ConfigError(f"params.yaml: tuned.{model} needs the tuning cutoff: {{cutoff: <label>}}")
         out[model] = caveat(model, str(info["cutoff"]), labels)
     return out
-
-
-def _asdict(cfg: TrainConfig) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(cfg)
 
 
 def _mlflow_setup(params: Params, study: str) -> str:

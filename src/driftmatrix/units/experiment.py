@@ -30,9 +30,8 @@ log = logging.getLogger(__name__)
 
 
 class ExperimentInfo:
-    """What a stage process knows of one model's experiment without torch: config, slices (rows,
-    labels, targets), metric and plan. Enough to plan, record and track; :class:`Experiment` adds
-    the inputs and the device for computing."""
+    """What a stage process knows of one model's experiment without torch (config, slices, metric,
+    plan); :class:`Experiment` adds the inputs and the device."""
 
     def __init__(self, params: Params, model: str, slices_dir: str | Path, env: Environment):
         from driftmatrix.data.table import DatasetMeta

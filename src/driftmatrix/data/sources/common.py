@@ -92,9 +92,8 @@ def from_epoch(value: float, unit: str) -> datetime:
 
 
 def time_kind(num: float) -> str:
-    """How ``time_format: auto`` may read a number: ``yyyymmdd`` (an 8-digit integer that is a
-    valid date, e.g. 20150601), ``year`` (an integer 1000-9999) or ``epoch`` (seconds, or
-    milliseconds from 1e11 on). The table reader decides one kind per column (tabular.time_kind_of)."""
+    """How ``time_format: auto`` may read a number: ``yyyymmdd`` (a valid 8-digit date), ``year``
+    (1000-9999) or ``epoch`` (ms from 1e11 on)."""
     if num.is_integer() and 10_000_000 <= num <= 99_999_999:
         y, md = divmod(int(num), 10_000)
         try:
@@ -106,9 +105,8 @@ def time_kind(num: float) -> str:
 
 
 def parse_time(value: Any, fmt: str = "auto", field: str = "timestamp", kind: str | None = None) -> datetime:
-    """Parse an epoch (``s`` or ``ms``), a ``yyyymmdd`` integer, an ISO-8601 string or a plain
-    ``year``; ``auto`` reads an ISO string as such and a number as ``kind`` (a :func:`time_kind`
-    decided for its column; None: each number's own). Raises Drop(bad timestamp)."""
+    """Parse an epoch, a ``yyyymmdd`` integer, an ISO-8601 string or a ``year``; ``auto`` reads a
+    number as its column's ``kind`` (None: its own). Raises Drop(bad timestamp)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         raise Drop(MISSING, field)
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, Decimal, str, datetime, date)):
