@@ -181,8 +181,8 @@ def importance_weighted_inputs(right: np.ndarray, weights: np.ndarray, n_target:
     """Held-out correctness weighted row by row by input-space importance ``weights``
     (``domain.domain_weights``).
 
-    The variance is p (1 - p) / ESS with p moved by one pseudo-row, so a unit right on every held-
-    out row still gets an interval; it ignores the error of the weights themselves."""
+    The variance is p (1 - p) / ESS with p moved by one pseudo-row, so a unit right on every
+    held-out row still gets an interval; it ignores the error of the weights themselves."""
     from driftmatrix.estimate.domain import coverage, ess
 
     r, w = np.asarray(right, dtype=float), np.asarray(weights, dtype=float)
@@ -218,8 +218,8 @@ SHIFT_ALPHA = 0.01
 
 
 def predictions_moved(source: CellStats, target: CellStats) -> float:
-    """p-value of a chi-square test that the period's predicted classes are distributed as the held-
-    out rows': only a move this test cannot explain by chance is called a label shift."""
+    """p-value of a chi-square test that the period's predicted classes are distributed as the
+    held-out rows': only a move this test cannot explain by chance is called a label shift."""
     table = np.vstack([source.pred, target.pred]).astype(float)
     table = table[:, table.sum(axis=0) > 0]
     if table.shape[1] < 2 or (table.sum(axis=1) == 0).any():
@@ -234,9 +234,9 @@ def predictions_moved(source: CellStats, target: CellStats) -> float:
 
 
 def bbse(source: CellStats, target: CellStats, threshold: float = 0.1) -> Estimate:
-    """The accuracy the period has if only its labels moved: estimated label shares times the held-
-    out recall of each class; ``flags`` name a shift larger than ``threshold`` and significant at
-    :data:`SHIFT_ALPHA`."""
+    """The accuracy the period has if only its labels moved: estimated label shares times the
+    held-out recall of each class; ``flags`` name a shift larger than ``threshold`` and
+    significant at :data:`SHIFT_ALPHA`."""
     p, q = label_shift(source, target)
     rows = source.confusion.sum(axis=1)
     recall = np.where(rows > 0, np.diag(source.confusion) / np.maximum(rows, 1), source.accuracy)

@@ -28,10 +28,10 @@ def targets_array(rows: "pd.DataFrame", meta: "DatasetMeta") -> np.ndarray:
 
 
 def make_loss(task: str, train_targets: np.ndarray) -> Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]:
-    """The training loss of a task, weighted from this cutoff's training targets only: cross-
-    entropy; BCE with ``pos_weight_c = negatives_c / positives_c`` (1 for a category without
-    positives yet); or the paper's weighted MSE (Eq. 4) with ``w_r = n_train / n_r`` per rating
-    level (Eq. 5)."""
+    """The training loss of a task, weighted from this cutoff's training targets only:
+    cross-entropy; BCE with ``pos_weight_c = negatives_c / positives_c`` (1 for a category
+    without positives yet); or the paper's weighted MSE (Eq. 4) with ``w_r = n_train / n_r`` per
+    rating level (Eq. 5)."""
     import torch
     import torch.nn.functional as F
 

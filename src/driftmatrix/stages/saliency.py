@@ -1,8 +1,8 @@
 """Saliency stage: maps, concentration table, figures and MLflow logging for chosen checkpoints.
 
-Reads ``params.yaml: saliency`` and writes under ``outputs/saliency/`` (both in docs/explain-and-
-tune.md). The images of a cell are its evaluation set subsampled with a seed fixed per evaluation
-year, so every model and cutoff of the same cell type looks at the same portraits."""
+Reads ``params.yaml: saliency`` and writes under ``outputs/saliency/`` (both in
+docs/explain-and-tune.md). The images of a cell are its evaluation set subsampled with a seed fixed
+per evaluation year, so every model and cutoff of the same cell type looks at the same portraits."""
 
 from __future__ import annotations
 

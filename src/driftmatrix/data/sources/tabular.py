@@ -3,10 +3,10 @@
 Options (``dataset.options`` or ``--option key=value``; docs/real-datasets.md and docs/tabular.md):
 ``timestamp`` and ``label`` (required), ``time_format``, ``input`` (text columns), ``features``
 (``auto`` or ``{numeric, categorical}``), ``na_values``, ``task``, ``classes``, ``id``, ``period``,
-``start`` / ``end``, ``format``, ``delimiter`` and ``target_range`` (regression targets are rating-
-like levels that index the loss weights, so one outside the range is dropped). A missing feature
-value never drops a row; a value of the wrong type does, naming the column. CSV is read as UTF-8;
-the unreadable rest of a truncated gzip or Parquet file counts as one dropped record."""
+``start`` / ``end``, ``format``, ``delimiter`` and ``target_range`` (regression targets are
+rating-like levels that index the loss weights, so one outside the range is dropped). A missing
+feature value never drops a row; a value of the wrong type does, naming the column. CSV is read as
+UTF-8; the unreadable rest of a truncated gzip or Parquet file counts as one dropped record."""
 
 from __future__ import annotations
 
