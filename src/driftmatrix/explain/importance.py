@@ -37,8 +37,7 @@ def score(model, num, cat, targets, task: str, metric) -> float:
 def permutation_importance(model, num: np.ndarray, cat: np.ndarray, targets: np.ndarray, task: str,
                            metric, repeats: int = REPEATS,
                            seed: int = 0) -> tuple[float, np.ndarray, np.ndarray]:
-    """(baseline score, mean drop per feature, std of the drops): numeric features first, then
-    categorical, as the columns of ``num`` and ``cat``."""
+    """(baseline score, mean drop per feature, std of the drops), numeric features first."""
     base = score(model, num, cat, targets, task, metric)
     n_num = num.shape[1]
     drops = np.zeros((n_num + cat.shape[1], repeats))

@@ -52,8 +52,7 @@ def saliency_maps(model: torch.nn.Module, pixels: torch.Tensor, prepare: Prepare
 
 def mean_saliency(model: torch.nn.Module, batches: Iterable[torch.Tensor], prepare: Prepare | None = None,
                   per_image: Mapping[str, Callable[[torch.Tensor], torch.Tensor]] | None = None) -> SaliencySummary:
-    """Mean map and mean pixel image over all images of ``batches``, and the mean over images of
-    each ``per_image`` score."""
+    """Mean map, mean pixel image and mean of each ``per_image`` score over all images of ``batches``."""
     per_image = dict(per_image or {})
     total_map, total_img, n = None, None, 0
     totals = {name: 0.0 for name in per_image}

@@ -147,8 +147,7 @@ class LocalRayCluster:
         return node
 
     def wait_for(self, ok, what: str, timeout: float = 60) -> None:
-        """Wait until ``ok(cluster resources of alive nodes)``, asking the GCS from a subprocess
-        (this process may not be a Ray driver)."""
+        """Wait until ``ok(alive resources)``, asking the GCS from a subprocess (we may not be a driver)."""
         deadline = time.monotonic() + timeout
         while True:
             if ok(self.alive_resources()):
@@ -203,8 +202,7 @@ class LocalRayCluster:
 
     @staticmethod
     def _signal(pids, sig: int, timeout: float) -> list:
-        """Send ``sig`` to those of ``pids`` still running, wait up to ``timeout`` seconds for them
-        to exit, and return the ``psutil.Process`` of those still alive."""
+        """Send ``sig`` to the live ``pids``, wait up to ``timeout`` s, return the processes still alive."""
         import psutil
 
         procs = []

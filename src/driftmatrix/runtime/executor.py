@@ -74,8 +74,8 @@ def keep_freed_memory() -> bool:
 
 # --- progress ----------------------------------------------------------------------------------
 class Progress:
-    """One display per stage: a tqdm bar on a terminal and log lines every ``every`` units or
-    ``seconds`` seconds, with done / running / queued and an ETA."""
+    """One display per stage: a tqdm bar on a terminal and periodic log lines with
+    done/running/queued and ETA."""
 
     def __init__(self, label: str, total: int, *, enabled: bool = True, every: int | None = None,
                  seconds: float = 10.0) -> None:
@@ -387,8 +387,7 @@ def _claim(path: str | None) -> bool:
 
 def run_item(fn: Callable[[Any, Any], Any], recipe: Any, key: Any, item: Any, kill_path: str | None = None,
              threads: int = 1) -> Any:
-    """The body of a Ray task or local worker item: the unit's thread count, the cached context,
-    then ``fn``."""
+    """The body of a Ray task or local worker item: thread count, cached context, then ``fn``."""
     import torch
 
     torch.set_num_threads(threads)  # per item: a reused worker may have run another model's units

@@ -95,8 +95,8 @@ def current_doc(doc: dict[str, Any], weights_digest: str) -> dict[str, Any]:
 
 
 def sync(params: Params, exp, store: CheckpointStore, rows=None, slices_dir: str | Path | None = None) -> dict[str, str]:
-    """MLflow runs, registry versions and aliases for every finished unit of the plan; ``rows``: the
-    drift-matrix row a run created now carries."""
+    """MLflow runs, registry versions and aliases for every finished unit; ``rows``: each new run's
+    matrix row."""
     from driftmatrix.tracking import pyfunc as serving
     from driftmatrix.tracking import runs as tracking
 

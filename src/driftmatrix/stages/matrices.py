@@ -139,8 +139,7 @@ def remove_stale(out_dir: Path, models: set[str]) -> list[Path]:
 
 def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path,
                   plots_dir: Path | None = None) -> list[Path]:
-    """Matrix JSON/CSV per model, summary.{json,csv}, DVC metrics (and the long-format matrix
-    CSVs DVC plots, when ``plots_dir`` is given); returns the files written."""
+    """Matrix JSON/CSV per model, summary.{json,csv}, DVC metrics and plots; returns the files written."""
     from driftmatrix.reporting import dvcfiles, text
 
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -134,8 +134,7 @@ def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
 
 def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None]], rows: np.ndarray,
               batch_size: int, block: int = 1, checkpoints_dir: str | Path = "outputs/checkpoints") -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
-    """Mean saliency map per seed (S, H, W), the mean image (H, W, 3) in [0, 1], and per seed the
-    mean over images of the per-image concentration scores."""
+    """Per seed the mean saliency map (S, H, W) and mean concentration scores, and the mean image."""
     from driftmatrix.explain import concentration as conc
     from driftmatrix.explain.saliency import mean_saliency
 

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from driftmatrix.config import ConfigError, Params, TrainConfig, build, fingerprint
+from driftmatrix.config import AT_LEAST_1, ConfigError, Params, TrainConfig, build, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ TUNABLE = ("lr", "weight_decay", "epochs", "batch_size", "dropout", "grad_clip",
 @dataclass(frozen=True)
 class TuneConfig:
     cutoff: str  # label of the tuning cutoff slice: the last period the tuner may read
-    validation_periods: int = 2
+    validation_periods: int = field(default=2, metadata=AT_LEAST_1)
     n_trials: int = 20  # finished trials wanted in the study (a re-run tops it up)
     timeout: float | None = None  # seconds per invocation
     seed: int = 0  # model seed of every trial, and sampler seed
@@ -46,7 +46,7 @@ class TuneConfig:
     presets_dir: str = "presets/tuned"
     pruner_startup_trials: int = 3  # median pruning starts after this many finished trials
     pruner_warmup_epochs: int = 1  # and never prunes before this many epochs of a trial
-    parallel: int = 1  # trials per round: asked together, run at once on Ray, see earlier rounds only
+    parallel: int = field(default=1, metadata=AT_LEAST_1)  # trials per round, run at once; see earlier rounds only
     space: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_SPACE))
 
 
@@ -64,10 +64,6 @@ def tune_config(params: Params) -> TuneConfig:
         if not ok:
             raise ConfigError(f"params.yaml: tune.space.{name}: a list of choices or {{low, high, log?, step?}}, "
                               f"got {spec!r}")
-    if cfg.validation_periods < 1:
-        raise ConfigError("params.yaml: tune.validation_periods must be >= 1")
-    if isinstance(cfg.parallel, bool) or not isinstance(cfg.parallel, int) or cfg.parallel < 1:
-        raise ConfigError(f"params.yaml: tune.parallel must be an integer >= 1, got {cfg.parallel!r}")
     return cfg
 
 
@@ -254,8 +250,8 @@ class TuneRecipe:
 
 @dataclass(frozen=True)
 class Pruning:
-    """The median pruner's settings and the study's trials finished when a round was asked: workers
-    judge against this copy, never the live study."""
+    """The pruner's settings and the trials finished when a round was asked: workers judge against
+    this copy."""
 
     direction: str  # maximize | minimize
     startup_trials: int
@@ -347,8 +343,7 @@ def optimize(study, n_trials: int, cfg: TuneConfig, skip: tuple[str, ...], execu
 
 
 def tell(study, trial, result: Mapping[str, Any] | None) -> str:
-    """Give the study a trial's result (its epochs reported first, as the trial itself would have);
-    returns the state: complete, pruned or failed."""
+    """Give the study a trial's result, its epochs reported first; returns complete, pruned or failed."""
     from optuna.trial import TrialState
 
     if result is None:

@@ -92,16 +92,15 @@ def project_params(model: str | None) -> None:
 
 # --- what goes in ---------------------------------------------------------------------------------
 class BadInput(MlflowException, DataError):
-    """Input a model cannot read, named: ``INVALID_PARAMETER_VALUE`` (an HTTP 400 from ``mlflow
-    models serve``), and a one-line error on the command line."""
+    """Input a model cannot read: an HTTP 400 (``INVALID_PARAMETER_VALUE``) when served, one line on
+    the CLI."""
 
     def __init__(self, message: str):
         super().__init__(message, error_code=INVALID_PARAMETER_VALUE)
 
 
 def serving_config(params, exp, image_shape: Sequence[int] | None) -> dict[str, Any]:
-    """The pyfunc flavour's ``config`` of one model: all a unit's ``predict`` needs beyond its
-    weights (the same for every unit of the model)."""
+    """The pyfunc flavour's ``config``: all a model's units need to ``predict`` beyond their weights."""
     from driftmatrix.features import cache, encoders
 
     spec, meta = exp.spec, exp.meta
