@@ -21,8 +21,7 @@ from driftmatrix.config import METRICS as METRICS_BY_KEY
 
 @dataclass(frozen=True)
 class ModelScores:
-    """One model's seed-level cells (S, K, K), per-cell statistics, each cutoff's training window
-    and, where the dataset has them, every slice's input features."""
+    """One model's seed-level cells (S, K, K), per-cell statistics, windows and slice input features."""
 
     model: str
     slices: Sequence[str]
@@ -109,8 +108,7 @@ def estimate_from_history(known: ModelScores, s: int, i: int, lag: int, target: 
 def estimate_cell(ms: ModelScores, s: int, i: int, j: int, min_ess: float = 30.0, methods=METHODS,
                   shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK, cache: WeightCache | None = None,
                   reference: str = "window") -> dict[str, Estimate]:
-    """Cell (i, j > i) of seed s estimated as at the latest period ``reference`` allows
-    (:func:`latest_labelled`), period j's labels removed."""
+    """Cell (i, j > i) of seed s estimated as at the latest period ``reference`` allows."""
     if j <= i:
         raise ValueError(f"cell ({i}, {j}) is not in the future of cutoff {i}")
     t = latest_labelled(i, j, reference)
@@ -138,8 +136,7 @@ def binomial_noise(p: float, n: int) -> float:
 
 @dataclass
 class Backtest:
-    """Estimates (method -> (S, K, K) value, lo, hi; NaN outside the future cells), the truth,
-    per-cell flags and measured label shift, and the summary numbers."""
+    """Each method's (S, K, K) estimates, the truth, per-cell flags and label shift, the summary."""
 
     model: str
     truth: np.ndarray

@@ -47,8 +47,7 @@ class SliceInputs:
 
 
 def image_features(images: np.ndarray, grid: int = GRID) -> np.ndarray:
-    """(N, grid * grid + 3) float in 0..1: the grey image mean-pooled to ``grid`` x ``grid``, then
-    each channel's mean."""
+    """(N, grid * grid + 3) in 0..1: the grey image mean-pooled to ``grid`` x ``grid``, then channel means."""
     from driftmatrix.audit.drift import downsample_images
 
     out = np.empty((len(images), grid * grid + 3))
@@ -60,8 +59,7 @@ def image_features(images: np.ndarray, grid: int = GRID) -> np.ndarray:
 
 
 def table_features(values: np.ndarray) -> np.ndarray:
-    """A numeric feature table (N, F) with NaN for missing values: NaN at the column's median (0
-    for a column with no value)."""
+    """A numeric feature table (N, F), missing values at the column's median (0 for an empty column)."""
     x = np.asarray(values, dtype=np.float64).copy()
     if x.size == 0:
         return x
@@ -140,8 +138,7 @@ class WeightCache:
 
 # --- reading (side effects) ---------------------------------------------------------------------
 def read_slice_inputs(slices_dir: str | Path) -> SliceInputs | None:
-    """The features of every slice of a slices folder: its images (``images.npy``) or its numeric
-    feature columns; None for text and other inputs."""
+    """Every slice's features from a slices folder (images or numeric columns); None for other inputs."""
     from driftmatrix.data.table import DatasetMeta, feature_column
     from driftmatrix.data.slicing import load_slices
 

@@ -101,8 +101,7 @@ def difference_of_confidences(source: CellStats, target: CellStats) -> Estimate:
 
 
 def _above(counts: np.ndarray, t: float) -> float:
-    """Rows of a histogram over bins 0..B-1 at or above position ``t`` (bin units), with rows
-    spread evenly inside each bin."""
+    """Rows of a histogram over bins 0..B-1 at or above position ``t``, rows spread evenly inside a bin."""
     k = int(min(max(math.floor(t), 0), len(counts)))
     full = counts[k + 1:].sum() if k < len(counts) else 0.0
     part = counts[k] * (1.0 - (t - k)) if k < len(counts) else 0.0

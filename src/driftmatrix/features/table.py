@@ -21,8 +21,7 @@ def category_hash(text: str) -> int:
 
 
 def hash_column(values: Iterable[Any]) -> np.ndarray:
-    """int64 hashes of a column of categories (None / NaN / "" -> :data:`MISSING`); each distinct
-    value is hashed once."""
+    """int64 hashes of a column of categories (missing: :data:`MISSING`), each value hashed once."""
     import pandas as pd
 
     series = pd.Series(list(values) if not hasattr(values, "__len__") else values, dtype=object)
@@ -33,8 +32,7 @@ def hash_column(values: Iterable[Any]) -> np.ndarray:
 
 
 class TableInputs:
-    """Numeric values (N x n_num float32) and category hashes (N x n_cat int64) of every row;
-    ``batch(idx)`` -> ``(num[idx], cat[idx])``. ``info`` names the features."""
+    """Numeric values (N x n_num float32) and category hashes (N x n_cat int64); ``batch(idx)`` -> both."""
 
     def __init__(self, num: np.ndarray, cat: np.ndarray, numeric: Sequence[str], categorical: Sequence[str]):
         import torch

@@ -19,8 +19,7 @@ log = logging.getLogger(__name__)
 
 
 def channels_last(config: Mapping[str, Any]) -> bool:
-    """Whether the evaluate stage scores this model channels-last (``training.Experiment``):
-    pixel models but the flattening MLPs."""
+    """Whether the evaluate stage scores this model channels-last: pixel models but the flattening MLPs."""
     return config.get("inputs") == "pixels" and config.get("family") != "MLP"
 
 
@@ -92,8 +91,7 @@ def encoded(config: Mapping[str, Any], items, encoder, device="cpu"):
 
 
 def forward(network, inputs, config: Mapping[str, Any], batch_size: int | None = None) -> np.ndarray:
-    """The network's outputs on ``inputs`` as the evaluate stage computes them (``training.predict``
-    in the precision and batch size it scored with)."""
+    """The network's outputs on ``inputs`` exactly as the evaluate stage computes them."""
     from driftmatrix.learn.fit import predict
 
     if len(inputs) == 0:
@@ -231,8 +229,7 @@ def _parsed(column: pd.Series, parse, name: str, na: frozenset) -> list:
 
 # --- packaging ------------------------------------------------------------------------------------
 def output_columns(meta) -> list[str]:
-    """One column per output: class names (binary, multiclass), categories (multilabel) or
-    ``prediction`` (regression)."""
+    """One column per output: class names, categories (multilabel) or ``prediction`` (regression)."""
     n = meta.num_outputs
     if meta.task == "regression":
         return ["prediction"]

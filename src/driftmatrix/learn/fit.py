@@ -16,8 +16,7 @@ def cutoff_train_rows(slice_ids: np.ndarray, split: np.ndarray, cutoff: int) -> 
 
 
 def window_train_rows(slice_ids: np.ndarray, split: np.ndarray, window: Sequence[int]) -> np.ndarray:
-    """Row indices a unit trains on: the train splits of the slices in its window (cumulative:
-    slices 0..i, the paper's D_<=i)."""
+    """Row indices a unit trains on: the train splits of its window's slices (the paper's D_<=i)."""
     return np.flatnonzero(np.isin(slice_ids, np.asarray(window)) & (split == "train"))
 
 
@@ -90,8 +89,7 @@ def input_batches(inputs, batch_size: int, rows: np.ndarray | None = None):
 
 def predict(model, inputs, batch_size: int = 1024, precision: str = "fp32",
             rows: np.ndarray | None = None, batches=None) -> np.ndarray:
-    """Outputs of ``model`` for ``rows`` of ``inputs`` in batches (:func:`input_batches`), or for
-    ``batches`` already made by it."""
+    """Outputs of ``model`` for ``rows`` of ``inputs`` in batches, or for ``batches`` already made."""
     import torch
 
     model.eval()

@@ -23,8 +23,7 @@ def device_type(device) -> str:
 
 
 def cpuinfo_flags(path: Path | None = None) -> frozenset[str] | None:
-    """The CPU feature flags of the first processor in ``path`` (default /proc/cpuinfo), or None
-    where it is unreadable (not Linux)."""
+    """The CPU feature flags of the first processor in ``path``, or None where it is unreadable."""
     try:
         text = (path or CPUINFO).read_text(errors="replace")
     except OSError:
@@ -85,8 +84,7 @@ def resolve_device(name: str = "auto"):
 
 
 def resolve_precision(requested: str, device) -> str:
-    """``fp32`` or ``bf16`` for ``device``: ``auto`` -> bf16 where the hardware has bf16 matrix
-    units else fp32; ``bf16`` without such units -> fp32 with a warning; ``fp32`` -> fp32."""
+    """``fp32`` or ``bf16`` for ``device``: bf16 only where the hardware has bf16 matrix units."""
     if requested not in PRECISIONS:
         raise ValueError(f"params.yaml: train.precision must be one of {', '.join(PRECISIONS)}, "
                          f"got {requested!r}")

@@ -26,8 +26,7 @@ def register(spec: ModelSpec) -> ModelSpec:
 
 
 def get(name: str) -> ModelSpec:
-    """The spec of a catalog model or of one ``params.yaml`` names by import path; for any other
-    name a ConfigError that lists the known ones."""
+    """The spec of a catalog model or one named by import path, else a ConfigError listing them."""
     if name in REGISTRY:
         return REGISTRY[name]
     if name in ESTIMATORS:

@@ -303,8 +303,7 @@ class TabularModel:
     # fitting
     def fit(self, inputs: TableInputs, rows: np.ndarray, targets: np.ndarray, cfg, seed: int, device,
             on_epoch=None, loop=None) -> list[float]:
-        """Fit preprocessing and model on ``rows`` (the unit's training rows) only; returns losses.
-        ``loop``: the torch training loop (``training.fit``) that trains MLP-Tab's network."""
+        """Fit preprocessing and model on the unit's training ``rows`` only."""
         num, cat = (t.numpy() for t in inputs.batch(torch.as_tensor(np.asarray(rows), dtype=torch.long)))
         y = np.asarray(targets)[rows]
         self.prep.fit(num, cat)
@@ -439,8 +438,7 @@ class TabularModel:
 
 
 def capped_features(kind: str, options: Mapping[str, Any], categorical: Sequence[str], cat: np.ndarray) -> list[str]:
-    """One line per categorical feature with more categories (``cat``: hashes of all rows) than its
-    encoding keeps (:data:`CATEGORY_CAPS`)."""
+    """One line per categorical feature with more categories than its encoding keeps."""
     encoding = options.get("encoding") or ENCODING[kind]
     cap = CATEGORY_CAPS.get(encoding)
     counts = [len(np.unique(cat[:, k][cat[:, k] != MISSING])) for k in range(len(categorical))] if cap else []
@@ -449,8 +447,7 @@ def capped_features(kind: str, options: Mapping[str, Any], categorical: Sequence
 
 
 def describe_fit(est) -> str:
-    """``LogisticRegression, 23 iterations`` (``n_iter_``, the most of its fits), or ``<name>, fitted``
-    for an estimator that reports none."""
+    """``LogisticRegression, 23 iterations`` (``n_iter_``), or ``<name>, fitted`` when it reports none."""
     n = getattr(est, "n_iter_", None)
     return f"{type(est).__name__}, {int(np.max(n))} iterations" if n is not None else f"{type(est).__name__}, fitted"
 
@@ -484,6 +481,5 @@ def _fit_lightgbm(x, y, task, num_outputs, n_num, options, seed, threads, weight
 
 def build(cls: str, shape: Mapping[str, Any], num_outputs: int, info: Mapping[str, Any] | None = None,
           dropout: float | None = None) -> TabularModel:
-    """An unfitted tabular model of kind ``cls`` (catalogue entries LogReg, HistGBT, LightGBM,
-    MLP-Tab, and estimators named in params.yaml)."""
+    """An unfitted tabular model of kind ``cls`` (a catalogue entry or an estimator named in params.yaml)."""
     return TabularModel(cls, num_outputs, info or {}, dropout)

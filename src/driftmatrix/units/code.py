@@ -167,8 +167,7 @@ def _mro(module: str, cls: str) -> tuple[tuple[str, str], ...]:
 
 
 class _Refs(ast.NodeVisitor):
-    """What code references: project definitions (``refs``), methods called on values of unknown
-    type (``wishes``) and the library names it binds (``libs``). Annotations are skipped."""
+    """What code references: project definitions, methods called on values of unknown type, library names."""
 
     def __init__(self, mod: _Module, cls: tuple[str, str] | None):
         self.mod, self.cls, self.env = mod, cls, {}
@@ -274,8 +273,7 @@ def reach(roots: Iterable[str], entry: str = "") -> tuple[dict[tuple[str, str], 
 
 @functools.lru_cache(maxsize=None)
 def code_key(roots: tuple[str, ...], entry: str = "") -> str:
-    """One digest of the code ``roots`` reach (:func:`reach`): each definition by its name in its
-    module (a definition moved unchanged keeps the key) and the library names it binds."""
+    """One digest of the code ``roots`` reach, each definition by name (moved unchanged, it keeps the key)."""
     seen, libs = reach(roots, entry)
     lines = sorted(f"{name} {sha}" for (_, name), sha in seen.items() if sha) + sorted(libs)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]

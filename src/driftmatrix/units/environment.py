@@ -32,8 +32,7 @@ def resolve_environment(params: Params, model: str) -> Environment:
 
 def recorded_environment(params: Params, model: str, checkpoints_dir: str | Path,
                          resolve_if_missing: bool = False) -> Environment:
-    """The environment the train stage recorded for ``model``; before any training, this machine's
-    (``resolve_if_missing``) or a one-line error."""
+    """The environment the train stage recorded for ``model`` (before training: ``resolve_if_missing``)."""
     raw = CheckpointStore(checkpoints_dir, model).environment()
     if raw is not None:
         return Environment.from_dict(raw)
@@ -81,8 +80,7 @@ def content_digest(path: str | Path) -> str:
 
 @dataclass(frozen=True)
 class Environment:
-    """What computed a unit: the keyed part (precision, device kind, threads on CPU, libraries)
-    and, recorded only, the hardware."""
+    """What computed a unit: the keyed part (precision, device, CPU threads, libraries) and the hardware."""
 
     precision: str
     device: str  # device kind: cpu | cuda

@@ -30,8 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class ExperimentInfo:
-    """What a stage process knows of one model's experiment without torch (config, slices, metric,
-    plan); :class:`Experiment` adds the inputs and the device."""
+    """A model's experiment as a stage knows it without torch; :class:`Experiment` adds inputs and device."""
 
     def __init__(self, params: Params, model: str, slices_dir: str | Path, env: Environment):
         from driftmatrix.data.table import DatasetMeta
@@ -58,8 +57,7 @@ class ExperimentInfo:
 
 
 class Experiment(ExperimentInfo):
-    """Everything one model's stages compute with: :class:`ExperimentInfo` plus the targets and
-    inputs on the device."""
+    """:class:`ExperimentInfo` plus the targets and inputs on the device: what stages compute with."""
 
     def __init__(self, params: Params, model: str, slices_dir: str | Path,
                  features_dir: str | Path = "outputs/features", env: Environment | None = None):

@@ -34,8 +34,7 @@ class ModelStatus:
 
 def model_status(plan: ModelPlan, trained: Mapping[str, tuple[str, int]], scored: Mapping[str, set[str]],
                  hashes: Sequence[str]) -> ModelStatus:
-    """Pure: ``trained`` maps checkpoint keys on disk to their (cutoff label, seed) slot;
-    ``scored`` maps unit keys to the cell keys they hold."""
+    """Pure: ``trained`` maps checkpoint keys to their (cutoff, seed) slot, ``scored`` unit keys to cells."""
     current = {u.key for u in plan.units}
     occupied = {slot for key, slot in trained.items() if key not in current}
     grid = []
