@@ -52,8 +52,7 @@ def check_url(url: str) -> str:
 
 
 def safe_name(name: str, default: str = "download") -> str:
-    """A file name that stays inside its folder: the last path part, characters other than letters,
-    digits, ``.``, ``_`` and ``-`` replaced by ``_``, no leading dot, at most 200 characters."""
+    """A file name that stays inside its folder: the last path part, sanitised, at most 200 characters."""
     base = _UNSAFE.sub("_", name.replace("\\", "/").rsplit("/", 1)[-1]).lstrip(".")[:MAX_NAME]
     return base or default
 

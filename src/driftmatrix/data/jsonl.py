@@ -80,8 +80,7 @@ class Unreadable(Exception):
 
 
 def error_text(exc: BaseException, limit: int = 100) -> str:
-    """``Type: first line of the message`` (the type says more than an empty message), without
-    memory addresses so that reports are reproducible."""
+    """``Type: first line of the message``, without memory addresses so that reports are reproducible."""
     msg = _ADDRESS.sub("", str(exc).splitlines()[0])[:limit] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 

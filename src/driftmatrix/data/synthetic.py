@@ -123,8 +123,7 @@ def cue_region(size: int = 32) -> tuple[slice, slice]:
 
 
 def write_builtin(source: str, cfg, target: str | Path, force: bool = False) -> tuple[str, int]:
-    """The built-in dataset in the format ``dataset.source`` reads: Amazon reviews or arXiv papers
-    (``synthetic_text``), a feature table (``synthetic_table``), else Yearbook portraits; returns (what, how many documents/images)."""
+    """The built-in dataset in the format ``dataset.source`` reads; returns (what, how many)."""
     from driftmatrix.data import synthetic_text
 
     if source in synthetic_text.WRITERS:

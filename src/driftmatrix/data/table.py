@@ -27,8 +27,7 @@ MAX_EXAMPLES = 5
 
 
 def feature_column(name: str) -> str:
-    """Column of the normalised table that holds feature ``name`` (prefixed: no clash with ``id``,
-    ``label``, ``slice`` ...)."""
+    """Column holding feature ``name``, prefixed so it cannot clash with ``id``, ``label``, ``slice``."""
     return FEATURE_PREFIX + name
 
 

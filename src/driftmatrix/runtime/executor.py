@@ -147,8 +147,7 @@ def _label(label: str, model: str | None) -> str:
 
 
 class LocalExecutor:
-    """Runs the items in this process on the driver's context (``workers`` 1, GPU units, one item),
-    or in worker processes that each build the context once."""
+    """Runs items in this process on the driver's context, or in workers that build it once each."""
 
     name = "local"
 

@@ -520,8 +520,7 @@ def _preset_header(name, url, best, n_complete, metric_name, cfg: TuneConfig, tr
 
 def write_preset(presets_dir: Path, dataset: str, model: str, best_params: Mapping[str, Any],
                  header: str = "", tuned: Mapping[str, Any] | None = None) -> Path:
-    """``<presets_dir>/<dataset>-<model>.yaml``: a ``models: {<model>: {...}}`` override block, and
-    with ``tuned`` a ``tuned: {<model>: {cutoff, study}}`` block saying where it was chosen."""
+    """``<presets_dir>/<dataset>-<model>.yaml``: the ``models:`` block, and ``tuned:`` saying where."""
     import yaml
 
     values = {k: (float(v) if isinstance(v, float) else v) for k, v in best_params.items()}

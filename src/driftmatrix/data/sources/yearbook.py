@@ -213,8 +213,7 @@ def decode(data: bytes, size: int, max_pixels: int = DEFAULTS["max_pixels"]) -> 
 
 
 def ordered_map(fn: Callable[[Any], T], items: Iterable[Any], workers: int, window: int) -> Iterator[tuple[Any, T]]:
-    """``(item, fn(item))`` in input order; ``fn`` runs on ``workers`` threads, at most ``window``
-    items in flight (``workers <= 1``: inline)."""
+    """``(item, fn(item))`` in input order, ``fn`` on ``workers`` threads with ``window`` in flight."""
     if workers <= 1:
         for item in items:
             yield item, fn(item)
