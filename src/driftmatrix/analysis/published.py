@@ -1,9 +1,5 @@
-"""Compare our drift matrices with published ones (same models, same dataset).
-
-Published matrices are seed means with unknown std (read as S = 1). Slices are aligned by label,
-so a run over a subset of the published periods still compares; every statistic of both sides
-is recomputed on the common slices only, so the differences are like for like.
-"""
+"""Compare our drift matrices with published ones (seed means, read as S = 1), aligned by slice
+label and every statistic recomputed on the common slices, so the differences are like for like."""
 
 from __future__ import annotations
 

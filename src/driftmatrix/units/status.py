@@ -1,9 +1,6 @@
-"""``driftmatrix status``: what is done, stale or missing, before anything runs.
-
-Per model, a K x S grid of units (``#`` done, ``~`` stale: trained under another key and due to be
-redone, ``.`` missing), the cells still to score, and what ``dvc repro`` would do about it. It
-reads the plan and the files on disk only; nothing is trained, scored or logged.
-"""
+"""``driftmatrix status``: per model a K x S grid of units (``#`` done, ``~`` stale, ``.`` missing),
+the cells still to score and what ``dvc repro`` would do, from the plan and the files on disk
+only."""
 
 from __future__ import annotations
 
