@@ -140,8 +140,7 @@ def mmd2_test(x: np.ndarray, y: np.ndarray, sigma: float, permutations: int,
 
 def mmd_matrix(samples: Sequence[np.ndarray], max_n: int = 300, permutations: int = 200,
                seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
-    """(K x K squared MMD, K x K p-values, bandwidth) over per-slice samples, each subsampled to at
-    most ``max_n`` rows once."""
+    """(K x K squared MMD, K x K p-values, bandwidth), each slice subsampled to ``max_n`` rows once."""
     rng = np.random.default_rng(seed)
     subs = [subsample(s, max_n, rng) if len(s) else None for s in samples]
     present = [s for s in subs if s is not None]
@@ -165,8 +164,7 @@ def mmd_matrix(samples: Sequence[np.ndarray], max_n: int = 300, permutations: in
 
 def window_mmd(x: np.ndarray, slice_ids: np.ndarray, k: int, max_n: int = 300,
                seed: int = 0) -> tuple[np.ndarray, float]:
-    """(K x K squared MMD between the pooled window of slices 0..r and slice t, r < t, NaN
-    elsewhere; bandwidth), each window and slice drawn once."""
+    """(K x K squared MMD of the window of slices 0..r against slice t > r, NaN elsewhere; bandwidth)."""
     rng = np.random.default_rng(seed)
     order = np.argsort(slice_ids, kind="stable")
     x, ends = np.asarray(x)[order], np.searchsorted(np.asarray(slice_ids)[order], np.arange(k), side="right")

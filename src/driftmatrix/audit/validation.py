@@ -123,8 +123,7 @@ def feature_kinds(meta) -> dict[str, str]:
 
 
 def feature_frame(slices: Slices, index: int, first: Mapping[str, set]) -> pd.DataFrame:
-    """Per feature of slice ``index``: its missing share and (categories) the share of its values
-    present that the first slice never had."""
+    """Per feature of slice ``index``: missing share and (categories) the share the first slice lacked."""
     from driftmatrix.data.table import feature_column
 
     frame, meta = slices.frame(index), slices.meta

@@ -41,8 +41,7 @@ class ModelScores:
 
 
 def history(ms: ModelScores, i: int) -> ModelScores:
-    """What is known at cutoff i: rows and columns 0..i of every seed (labels included: those
-    periods have been labelled by then). Nothing of a later period or a later cutoff."""
+    """What is known at cutoff i: rows and columns 0..i of every seed, nothing later."""
     k = i + 1
     return replace(ms, slices=list(ms.slices[:k]), values=ms.values[:, :k, :k].copy(),
                    n_eval=ms.n_eval[:, :k, :k].copy(),

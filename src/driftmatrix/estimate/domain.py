@@ -70,8 +70,7 @@ def table_features(values: np.ndarray) -> np.ndarray:
 
 
 def split_by_slice(features: np.ndarray, slice_ids: np.ndarray, split: np.ndarray, n_slices: int) -> SliceInputs:
-    """Every row's features grouped per slice, rows in ascending row order within a slice (the
-    order the evaluate stage scores a cell's rows in: ``np.flatnonzero`` of its mask)."""
+    """Every row's features per slice, in the row order the evaluate stage scores a cell's rows in."""
     xs, tests = [], []
     for c in range(n_slices):
         rows = np.flatnonzero(slice_ids == c)

@@ -37,8 +37,7 @@ def minmax_per_image(maps: torch.Tensor) -> torch.Tensor:
 
 
 def saliency_maps(model: torch.nn.Module, pixels: torch.Tensor, prepare: Prepare | None = None) -> torch.Tensor:
-    """Per-image saliency ``(B, H, W)`` in [0, 1] of pixel images ``(B, C, H, W)``; each map depends
-    on its image only (call ``model.eval()`` first)."""
+    """Per-image saliency ``(B, H, W)`` in [0, 1] of pixel images; each map depends on its image only."""
     prepare = prepare or _identity
     x = pixels.detach().clone().requires_grad_(True)
     with torch.enable_grad():

@@ -86,8 +86,7 @@ def features_identity(encoder: str, cfg: EmbedConfig) -> tuple[str, Any, dict[st
 
 
 def encoder_identity(inputs: str, spec_encoder: str | None, embed: Mapping[str, Any] | EmbedConfig | None) -> str:
-    """What a model's cached inputs are, apart from the data ('' for models that read no cache).
-    Part of every unit key (driftmatrix.units.plan)."""
+    """What a model's cached inputs are, apart from the data ('' for none); part of every unit key."""
     if inputs not in ("token_states", "pooled"):
         return ""
     cfg = embed_config(embed)

@@ -101,8 +101,7 @@ def forward(network, inputs, config: Mapping[str, Any], batch_size: int | None =
 
 
 def outputs_to_scores(logits: np.ndarray, task: str) -> np.ndarray:
-    """Network outputs -> what a user reads: softmax probabilities (binary, multiclass), sigmoid
-    probabilities per category (multilabel), the value itself (regression); float64."""
+    """Network outputs -> what a user reads (probabilities, or the regression value), float64."""
     x = np.asarray(logits, dtype=np.float64)
     if task in ("binary", "multiclass"):
         e = np.exp(x - x.max(axis=1, keepdims=True))

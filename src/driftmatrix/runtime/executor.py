@@ -130,8 +130,7 @@ class Executor(Protocol):
 
     def map(self, fn: Callable[[Any, Any], Any], recipe: Any, items: Iterable[Any], *,
             model: str | None = None, label: str = "train", context: Any = None) -> Iterator[tuple[Any, Any]]:
-        """Yield ``(item, fn(recipe.build(), item))`` as each finishes; ``context``: the driver's
-        own built context, for executors that run in this process."""
+        """Yield ``(item, fn(recipe.build(), item))`` as each finishes (``context``: the driver's own)."""
         ...
 
 

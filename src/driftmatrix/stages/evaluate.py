@@ -139,8 +139,7 @@ class RowLogs:
         self.tmp.cleanup()
 
     def _row(self, unit: Unit, run_id: str) -> tuple[dict[str, float], Path] | None:
-        """(metrics, folder holding drift_row/) for the unit's row under ``run_id``, or None when
-        that run already has exactly these cells; marks the row as logged in its score doc."""
+        """(metrics, folder of drift_row/) of the unit's row for ``run_id``; None when already logged."""
         doc = self.docs[unit.key]
         cells = [c.key for c in self.plan.cells(unit, self.hashes)]
         if doc.get("logged") == {"run_id": run_id, "cells": cells}:

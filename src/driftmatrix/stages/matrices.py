@@ -58,8 +58,7 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
 
 def read_model(params: Params, model: str, manifest: Mapping[str, Any],
                scores_dir: str | Path) -> DriftMatrices | None:
-    """One model's matrices from the scores of its current plan; other score files are stale.
-    The plan is keyed with the environment the evaluate stage recorded (None: nothing scored)."""
+    """One model's matrices from its current plan's scores (None: nothing scored yet)."""
     from driftmatrix.data.table import DatasetMeta
     from driftmatrix.units.store import ScoreStore
     from driftmatrix.units.environment import Environment

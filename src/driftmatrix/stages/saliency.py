@@ -95,8 +95,7 @@ def pixel_batches(pixels, rows: np.ndarray, batch_size: int) -> Iterator:
 
 
 def forward_builder(exp):
-    """A function: loaded checkpoint -> (module, prepare) that runs it from [-1, 1] pixels; a frozen
-    image encoder's head is preceded by its backbone, so the gradient flows through it."""
+    """loaded checkpoint -> (module, prepare) from [-1, 1] pixels, through a frozen backbone if any."""
     if exp.spec.inputs == "pixels":
         return lambda model: (model, None)
     if exp.spec.inputs == "pooled" and exp.spec.modality == "image":

@@ -222,8 +222,7 @@ def quiet_mlflow():
 
 
 def stamp(template: Path, unit_folder: Path, dest: Path) -> Path:
-    """The unit's model folder from a template: its files (linked where the file system allows),
-    the unit's artifacts, and an ``MLmodel`` with its own uuid, creation time and size."""
+    """The unit's model folder from a template: its files linked, its artifacts, a fresh ``MLmodel``."""
     import yaml
 
     dest.mkdir(parents=True)
@@ -355,8 +354,7 @@ def verify(folder: str | Path, name: str | None = None) -> dict[str, Any]:
 
 
 def _description_problems(path: Path, config: Mapping[str, Any]) -> list[str]:
-    """What is wrong with a version's ``model.json`` for the loader: another model than its
-    MLmodel says, an unknown format, or a tabular unit asking to trust what this project does not."""
+    """What is wrong with a version's ``model.json`` for the loader, if anything."""
     try:
         desc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:

@@ -174,8 +174,7 @@ def model_libraries(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def where() -> dict[str, str]:
-    """Where this process computes: ``host`` (its hostname) and, inside a Ray worker or driver,
-    ``ray_node`` (the Ray node id). Recorded with each unit: which node of a cluster trained it."""
+    """Where this process computes: ``host`` and, under Ray, ``ray_node``; recorded with each unit."""
     import socket
 
     out = {"host": socket.gethostname()}

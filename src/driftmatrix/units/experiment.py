@@ -189,8 +189,7 @@ def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
 
 def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Mapping[str, Any],
                 tags: Mapping[str, str] = ()) -> dict:
-    """The sidecar of a finished unit: what MLflow's run is later made from (``tags``: extra run
-    tags known only at training time, e.g. the validation checks a user overrode)."""
+    """The sidecar of a finished unit, what its MLflow run is later made from (``tags``: extra tags)."""
     from dataclasses import asdict as as_dict
 
     params = {**as_dict(exp.cfg), "model": unit.model, "family": unit.family, "inputs": exp.spec.inputs,

@@ -133,8 +133,7 @@ def _sync_dir(folder: Path) -> None:
 
 
 class ScoreStore:
-    """``<root>/<model>/<unit key>.json``: the scored cells of one unit (fsynced, renamed into
-    place; a file cut short reads as no cells), and ``environment.json``."""
+    """``<root>/<model>/<unit key>.json``: a unit's scored cells (written atomically), and the environment."""
 
     def __init__(self, root: str | Path, model: str):
         self.dir = Path(root) / model
