@@ -84,8 +84,7 @@ def summarize(M, higher_is_better: bool = True) -> MatrixSummary:
 
 
 def cutoff_indices(n_slices: int, n: int = 4) -> list[int]:
-    """``n`` cutoffs spread evenly over slices[:-1]: round(linspace(0, K - 2, n)), de-duplicated (on
-    Yearbook 1905, 1944, 1978, 2012, as the paper)."""
+    """``n`` cutoffs spread evenly over slices[:-1] (on Yearbook 1905, 1944, 1978, 2012, as the paper)."""
     if n_slices < 2:
         return []
     picks = np.rint(np.linspace(0, n_slices - 2, n)).astype(int)

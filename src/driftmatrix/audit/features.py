@@ -73,8 +73,7 @@ def categorical_matrix(values: Sequence[Any], slice_ids: np.ndarray, k: int) -> 
 
 def unseen_matrix(frame: pd.DataFrame, categorical: Sequence[str], slice_ids: np.ndarray,
                   train: np.ndarray, k: int) -> np.ndarray:
-    """``M[i, j]``: share of slice j's rows with at least one category absent from the training rows
-    of slices 0..i (``train``: the row is in its slice's train split)."""
+    """``M[i, j]``: share of slice j's rows with a category the training rows of slices 0..i lack."""
     out = np.zeros((k, k))
     if not len(categorical):
         return out

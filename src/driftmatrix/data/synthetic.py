@@ -136,8 +136,7 @@ def write_builtin(source: str, cfg, target: str | Path, force: bool = False) -> 
 
 
 def write_dataset(cfg: SyntheticConfig, root: str | Path, force: bool = False) -> int:
-    """Write ``root/{F,M}/<year>_synthetic_<n>.png`` (the Yearbook layout), skipped when the folder
-    already holds exactly the expected files (keeps the DVC-tracked folder byte-identical)."""
+    """Write ``root/{F,M}/<year>_synthetic_<n>.png``, skipped when the folder already holds exactly those."""
     from PIL import Image
 
     root = Path(root)

@@ -55,8 +55,7 @@ def held_out(known: ModelScores, s: int, i: int) -> CellStats | None:
 
 
 def reference_stats(known: ModelScores, s: int, i: int, t: int) -> CellStats | None:
-    """The labelled rows an estimate for unit (s, i) starts from when period t is the latest
-    labelled one: its held-out rows when t = i, its cell of period t when t > i."""
+    """The labelled rows an estimate starts from: held-out rows when t = i, else its cell of period t."""
     return held_out(known, s, i) if t == i else known.stats[s][i][t]
 
 
@@ -259,8 +258,7 @@ def _mae(err: np.ndarray, mask: np.ndarray) -> float | None:
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n, ties sharing their mean rank (a value's rank: the rows up to and including its
-    ties, less half of the ties beyond the first)."""
+    """Ranks 1..n, ties sharing their mean rank."""
     _, which, ties = np.unique(x, return_inverse=True, return_counts=True)
     return (np.cumsum(ties) - (ties - 1) / 2.0)[which]
 
@@ -273,8 +271,7 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def column_rho(est: np.ndarray, truth: np.ndarray) -> dict[int, float]:
-    """Spearman's rho between the estimated and true ranking of the cutoff models i < j in each
-    column j with at least three of them, averaged over seeds."""
+    """Spearman's rho of estimated vs true ranking of the cutoff models per column, mean over seeds."""
     out = {}
     K = truth.shape[-1]
     for j in range(3, K):

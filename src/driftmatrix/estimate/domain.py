@@ -119,8 +119,7 @@ def domain_weights(source_x: np.ndarray, target_x: np.ndarray, max_weight: float
 
 
 class WeightCache:
-    """Domain weights of (held-out rows of a window, period) pairs of one dataset's inputs, computed
-    once; a cache belongs to one set of inputs and one new period."""
+    """Domain weights per (window's held-out rows, period), computed once for one set of inputs."""
 
     def __init__(self):
         self.done: dict[tuple[tuple[int, ...], object], tuple[np.ndarray, float]] = {}

@@ -55,8 +55,7 @@ def carry_forward(m_ref: float) -> Estimate:
 
 
 def lag_decays(values: np.ndarray, lag: int, start: int = 0) -> np.ndarray:
-    """Every change M[r, r + start] - M[r, r + start + lag] in a (S, k, k) stack of known matrix
-    cells (``start`` 0: the decay from the diagonal)."""
+    """Every change M[r, r + start] - M[r, r + start + lag] in a (S, k, k) stack of known cells."""
     k = values.shape[-1]
     if lag < 1 or start < 0 or start + lag >= k:
         return np.zeros(0)

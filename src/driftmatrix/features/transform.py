@@ -166,8 +166,7 @@ def read_images(paths: Iterable[str | os.PathLike], shape: Sequence[int]) -> np.
 
 
 def as_texts(model_input) -> list[str]:
-    """Documents from a list, array, Series, one-column frame (or a ``text`` column), or a str, as
-    ingestion reads a text field: surrounding whitespace stripped; None or NaN is empty text."""
+    """Documents from a list, array, Series, frame or str, as ingestion reads a text field (None: '')."""
     data = model_input
     if isinstance(data, str):
         return [data.strip()]

@@ -31,8 +31,7 @@ def score_cell(outputs: np.ndarray, targets: np.ndarray, task: str,
 
 
 def row_correctness(outputs: np.ndarray, targets: np.ndarray) -> dict[str, Any]:
-    """Whether each row's predicted class is its label, in row order: ``right_bits`` (base64 of
-    ``np.packbits``, 1 bit a row) and ``right_n``."""
+    """Each row's correctness as ``right_bits`` (base64 ``np.packbits``, 1 bit a row) and ``right_n``."""
     import base64
 
     right = np.asarray(outputs).argmax(axis=1) == np.asarray(targets, dtype=np.int64)

@@ -63,8 +63,7 @@ def pos_weights(train_targets: np.ndarray) -> np.ndarray:
 
 
 def level_weights(train_targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted rating levels, ``w_r = n / n_r``) of one cutoff's training targets (paper Eq. 5),
-    looked up by value so any rating range works."""
+    """(sorted rating levels, ``w_r = n / n_r``) of one cutoff's training targets (paper Eq. 5)."""
     levels, counts = np.unique(np.round(np.asarray(train_targets, dtype=np.float64)).astype(np.int64),
                                return_counts=True)
     return levels, (len(train_targets) / counts).astype(np.float32)

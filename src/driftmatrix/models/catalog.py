@@ -141,8 +141,7 @@ NEEDS = {"binary": "predict_proba", "multiclass": "predict_proba", "regression":
 
 
 def model_problem(name: str, options: Mapping[str, Any], task: str, where: str) -> str | None:
-    """Why ``models.<name>`` with estimator ``options`` cannot work, or None: asked by
-    ``config.parse_params`` before anything trains."""
+    """Why ``models.<name>`` with estimator ``options`` cannot work, or None (checked before training)."""
     spec = REGISTRY.get(name) or (custom_spec(name) if name in ESTIMATORS else None)
     if spec is None:
         return None

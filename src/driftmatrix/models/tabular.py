@@ -44,8 +44,7 @@ class UntrustedModel(ValueError):
 
 # --- skops ---------------------------------------------------------------------------------------
 def dump(obj: Any) -> torch.Tensor:
-    """A fitted scikit-learn object as skops bytes in a uint8 tensor (no pickle), made canonical
-    (:func:`canonical_skops`) so that the same object always gives the same bytes."""
+    """A fitted scikit-learn object as canonical skops bytes in a uint8 tensor (no pickle)."""
     import skops.io as sio
 
     return bytes_tensor(canonical_skops(sio.dumps(obj)))
@@ -257,8 +256,7 @@ def estimator_class(path: str):
 
 
 class TabularModel:
-    """One unit's tabular model: preprocessing plus an estimator, booster or network; called on a
-    batch ``(num, cat)`` it returns float32 logits (N x outputs)."""
+    """One unit's tabular model: preprocessing plus an estimator; ``(num, cat)`` -> float32 logits."""
 
     def __init__(self, kind: str, num_outputs: int, info: Mapping[str, Any], dropout: float | None = None):
         if kind not in KINDS:

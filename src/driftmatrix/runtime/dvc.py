@@ -60,8 +60,8 @@ def value(v: Any, path: str = "") -> str:
 
 
 def overrides(current: Mapping, preset: Mapping, merge: bool = False, path: str = "") -> Iterator[str]:
-    """Hydra overrides that turn ``current`` into ``preset`` (into current updated by preset if
-    ``merge``). Deletions come first; kept keys keep their place, added ones follow."""
+    """Hydra overrides turning ``current`` into ``preset``: deletions first, kept keys in place,
+    then additions."""
     if not merge:
         for k, old in current.items():
             if k not in preset:

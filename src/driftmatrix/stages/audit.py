@@ -99,8 +99,7 @@ def build_report(audit: Audit, pngs: Mapping[str, bytes], validation_dir: Path) 
 
 
 def feature_section(audit: Audit, pngs: Mapping[str, bytes]) -> str:
-    """Features ranked by mean future drift, the features drifting most between consecutive
-    periods and against the first, and each feature's drift against the first slice."""
+    """Features ranked by mean future drift, the top movers per period pair, drift against the first."""
     feats, labels = audit.features, audit.labels
     ranked = report.table(["feature", "kind", "mean drift over future pairs", f"{labels[0]} -> {labels[-1]}"],
                           [[f, feats["kinds"][f], round(v, 4), round(feats["matrices"][f][0][-1] or 0.0, 4)]

@@ -95,8 +95,7 @@ def current_doc(doc: dict[str, Any], weights_digest: str) -> dict[str, Any]:
 
 
 def sync(params: Params, exp, store: CheckpointStore, rows=None, slices_dir: str | Path | None = None) -> dict[str, str]:
-    """MLflow runs, registry versions and aliases for every finished unit; ``rows``: each new run's
-    matrix row."""
+    """MLflow runs, registry versions and aliases for every finished unit, new runs with their matrix row."""
     from driftmatrix.tracking import pyfunc as serving
     from driftmatrix.tracking import runs as tracking
 

@@ -479,8 +479,7 @@ def _mlflow_setup(params: Params, study: str) -> str:
 
 def _log_trial(exp_id: str, run_name: str, tags: Mapping[str, str], logged: Mapping[str, Any],
                result: Mapping[str, Any] | None, state: str) -> None:
-    """A trial's MLflow run, written by the driver from its result with the worker's times: params,
-    ``val_score`` per epoch, ``objective`` when complete, tag ``state``; FAILED when it did not finish."""
+    """A trial's MLflow run, written by the driver from its result with the worker's times."""
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 

@@ -40,8 +40,7 @@ _SECRETS = (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@"),  #
 
 
 def redact(text: str) -> str:
-    """``text`` with the credentials of every URI in it masked (``user:***@``, ``password=***``):
-    how any URI is printed (error lines, logs, files)."""
+    """``text`` with every URI's credentials masked: how any URI is printed."""
     for pattern in _SECRETS:
         text = pattern.sub(r"\1***@" if pattern is _SECRETS[0] else r"\1***", text)
     return text

@@ -171,8 +171,7 @@ def check_key(exp: Experiment, unit: Unit) -> None:
 
 
 def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
-    """Worker side of one unit: check its key, train it and return its weights and numbers (writes
-    nothing), with the hardware that computed it and where (host, Ray node)."""
+    """Worker side of one unit: check its key, train, return weights, numbers and hardware (no writes)."""
     from driftmatrix.units.environment import where
     from driftmatrix.units.environment import hardware
 

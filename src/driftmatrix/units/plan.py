@@ -135,8 +135,7 @@ def planned_unit(params: Params, model: str, cutoff: str, seed: int | None = Non
 
 
 def model_plan(params: Params, model: str, manifest: Mapping[str, Any], env: Environment) -> ModelPlan:
-    """Every unit of ``model`` under ``params``, the slices ``manifest`` and ``env`` (no data
-    loaded), keyed by the code this checkout holds."""
+    """Every unit of ``model`` under ``params``, ``manifest`` and ``env``, keyed by this checkout's code."""
     from driftmatrix.data.table import DatasetMeta
     from driftmatrix.features.cache import encoder_identity
     from driftmatrix.models.catalog import get

@@ -160,8 +160,7 @@ def period_label(t: datetime, period: str) -> str:
 
 
 def check_scope(t: datetime, start: datetime | None, stop: datetime | None, field: str) -> None:
-    """Raise Drop(out-of-scope date) unless ``start <= t < stop``; Drop(bad timestamp) for a time
-    the table cannot hold, whatever the scope."""
+    """Drop(out-of-scope date) unless ``start <= t < stop``; Drop(bad timestamp) if unrepresentable."""
     check_representable(t, field)
     if (start is not None and t < start) or (stop is not None and t >= stop):
         lo = start.date().isoformat() if start else "-inf"
@@ -245,8 +244,7 @@ _STEP_MONTHS = {"year": 12, "half-year": 6, "quarter": 3, "month": 1}
 
 
 class PeriodClock:
-    """Period labels of epoch-millisecond instants in ``[start, stop)`` by bisection (fast path for
-    large inputs: no datetime object per record). The scope is cut to the representable range."""
+    """Period labels of epoch-ms instants in ``[start, stop)`` by bisection: no datetime per record."""
 
     def __init__(self, start: datetime, stop: datetime, period: str) -> None:
         if period not in _STEP_MONTHS:

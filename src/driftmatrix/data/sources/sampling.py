@@ -108,8 +108,7 @@ class StratifiedSampler:
         return None if self.level is None else self.level + 1
 
     def offer(self, stratum: Hashable, rid: str, payload: Any, tag: Any = None) -> bool:
-        """Consider one valid record; False if its id is already a candidate (a duplicate). A
-        duplicate of a pruned record is returned later by :meth:`flush`, with its ``tag``."""
+        """Consider one valid record; False for a duplicate candidate (others come from :meth:`flush`)."""
         if rid in self.members:
             return False
         self.counts[stratum] += 1
