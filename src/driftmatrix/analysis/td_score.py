@@ -21,8 +21,7 @@ _LABEL = re.compile(r"^(\d{1,4})(?:-(H[12]|Q[1-4]|\d{2}))?$")
 
 
 def label_positions(labels: Sequence[str]) -> np.ndarray:
-    """Calendar place of each slice label in units of its period (``"2014-Q3"`` -> 2014 * 4 + 2;
-    ``"1950..1954"`` takes its first period); ValueError naming a label it cannot read."""
+    """Calendar place of each slice label in units of its period; ValueError for one it cannot read."""
     out = []
     for label in labels:
         first = str(label).split("..", 1)[0]

@@ -169,8 +169,7 @@ def schema_frame(frame: pd.DataFrame, kinds: Mapping[str, str]) -> pd.DataFrame:
 
 def class_frame(slices: Slices, index: int, levels: Sequence[Any], counts: np.ndarray, n: np.ndarray,
                 trained: np.ndarray | None = None) -> pd.DataFrame:
-    """Per class of slice ``index``: count, share, share in the history before it, train/test shares
-    and (``trained``) its training rows; ``counts``/``n``: :func:`counts_by_slice` of all slices."""
+    """Per class of slice ``index``: count, shares in the slice, its history and splits, training rows."""
     meta = slices.meta
     frame = slices.frame(index)
 

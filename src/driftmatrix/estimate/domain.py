@@ -83,8 +83,7 @@ def coverage(weights: np.ndarray) -> float:
 
 
 def ess(weights: np.ndarray) -> float:
-    """Effective sample size of density-ratio weights, in held-out rows: Kish's (sum w)^2 / sum w^2
-    times :func:`coverage` (0 for no weight): the rows that stand for the period."""
+    """Effective sample size of density-ratio weights in held-out rows: Kish's times :func:`coverage`."""
     w2 = float((weights ** 2).sum())
     return float(weights.sum()) ** 2 / w2 * coverage(weights) if w2 > 0 else 0.0
 

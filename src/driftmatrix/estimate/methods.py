@@ -130,8 +130,7 @@ def average_thresholded_confidence(source: CellStats, target: CellStats) -> Esti
 
 
 def confidence_groups(counts: np.ndarray, per_group: int, max_groups: int = 10) -> np.ndarray:
-    """Bin -> group of one predicted class's held-out confidence histogram: contiguous runs of
-    bins with about ``per_group`` rows each (at most ``max_groups``; every bin has a group)."""
+    """Bin -> group of a class's held-out confidence histogram: runs of about ``per_group`` rows."""
     total = counts.sum()
     groups = int(max(1, min(max_groups, total // max(per_group, 1))))
     cum = np.cumsum(counts) / max(total, 1)

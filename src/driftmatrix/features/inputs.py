@@ -83,8 +83,7 @@ def normalise(pixels: torch.Tensor) -> torch.Tensor:
 
 def load_inputs(inputs: str, slices_dir: str | Path, features_dir: str | Path = "outputs/features",
                 encoder: str | None = None, embed=None) -> Inputs:
-    """Inputs of kind ``pixels``, ``token_states``, ``pooled``, ``table`` or ``none`` for every row
-    of the slices; ``embed`` (params) names the feature cache of the non-pixel kinds."""
+    """Inputs of kind ``pixels``, ``token_states``, ``pooled``, ``table`` or ``none`` for every row."""
     from driftmatrix.data.slicing import load_slices
 
     if inputs == "none":

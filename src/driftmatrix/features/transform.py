@@ -24,8 +24,7 @@ def channels_last(config: Mapping[str, Any]) -> bool:
 
 
 def load_network(folder: str | Path, config: Mapping[str, Any], device="cpu"):
-    """A unit's network from its folder (``checkpoints.load_model_folder``: no pickle, a tabular
-    unit trusted as this project decides), in the memory layout the evaluate stage scores it in."""
+    """A unit's network from its folder (no pickle), in the memory layout the evaluate stage uses."""
     import torch
 
     from driftmatrix.models.catalog import load_model_folder

@@ -63,8 +63,7 @@ def output_bias(model: nn.Module) -> nn.Parameter:
 
 
 def init_output_bias(model: nn.Module, task: str, train_targets: np.ndarray) -> np.ndarray:
-    """Set the output bias of ``model`` to the prior of ``train_targets`` (this cutoff's training
-    rows); returns the prior. Call it right after the fresh model is built, before training."""
+    """Set ``model``'s output bias to the prior of ``train_targets``, before training; returns it."""
     bias = output_bias(model)
     prior = prior_bias(task, train_targets, bias.numel())
     with torch.no_grad():

@@ -36,8 +36,8 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class Builder:
-    """``build(num_outputs, info, dropout=None)`` -> ``<module>.build(cls, shape, ...)``, imported
-    on first call (picklable, so Ray workers receive specs as they are)."""
+    """``build(num_outputs, info, dropout)`` -> ``<module>.build(...)``, imported on first call
+    (picklable)."""
 
     module: str
     cls: str = ""

@@ -77,8 +77,7 @@ def canonical_skops(data: bytes) -> bytes:
 
 
 def load(blob: torch.Tensor, trusted: Sequence[str]) -> Any:
-    """The object of :func:`dump`, building only skops' default types and ``trusted``; any other
-    type in the bytes is refused before anything is built."""
+    """The object of :func:`dump`; a type beyond skops' defaults and ``trusted`` is refused unbuilt."""
     import skops.io as sio
 
     data = tensor_bytes(blob)

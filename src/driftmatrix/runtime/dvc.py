@@ -35,8 +35,7 @@ def _key(path: str, key: Any) -> str:
 
 
 def _quote(s: str) -> str:
-    """Plain if Hydra reads it back as this same string, else single-quoted (quotes escaped,
-    backslashes before a quote or at the end doubled)."""
+    """Plain if Hydra reads it back as the same string, else single-quoted with escapes."""
     if PLAIN.match(s) and s.lower() not in RESERVED:
         return s
     s = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", s)

@@ -51,8 +51,7 @@ def saliency_config(params: Params) -> SaliencyConfig:
 
 
 def applicable_pairs(cfg: SaliencyConfig, params: Params, labels: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """The configured (model, cutoff) pairs that saliency can compute here, and why each other one
-    cannot: a model that is not configured or reads no images, a cutoff that is no slice label."""
+    """The configured (model, cutoff) pairs saliency can compute here, and why each other cannot."""
     from driftmatrix.models.catalog import REGISTRY
 
     kept, skipped = [], []

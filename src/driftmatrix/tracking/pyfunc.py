@@ -255,8 +255,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 
 class ModelFolders(Mapping):
-    """unit key -> the unit's MLflow model folder, made on first access in a temporary folder that
-    lives as long as the ``with`` block; the template is saved once per model and sync."""
+    """unit key -> the unit's MLflow model folder, made on first access inside the ``with`` block."""
 
     def __init__(self, params, exp, folders: Mapping[str, Path], slices_dir: str | Path | None = None):
         self.params, self.exp, self.folders = params, exp, dict(folders)

@@ -86,8 +86,7 @@ def _defs(body: list[ast.stmt]) -> dict[str, list[ast.stmt]]:
 
 
 class _Module:
-    """A parsed module without docstrings, reporting statements or imports: its definitions, class
-    members, the names its imports bind and its import-time statements (``init``)."""
+    """A parsed module without docstrings, reporting statements or imports, with its definitions and binds."""
 
     def __init__(self, name: str, path: Path):
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -280,8 +279,7 @@ def code_key(roots: tuple[str, ...], entry: str = "") -> str:
 
 
 def model_roots(build, estimator: str = "") -> tuple[str, ...]:
-    """A model's own roots: its builder module's ``build``, the class its ``Builder.cls`` names (not
-    the module's other classes) and a named estimator's class when it is project code."""
+    """A model's own roots: its module's ``build``, its ``Builder.cls`` class, a project estimator's class."""
     extra = [f"{build.module}.{build.cls}" if build.cls else "", estimator]
     return (f"{build.module}.build", *(r for r in extra if r and (_resolve(r) or ("", ""))[1]))
 

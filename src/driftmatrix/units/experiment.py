@@ -152,8 +152,7 @@ class ExperimentRecipe:
 
 
 def check_key(exp: Experiment, unit: Unit) -> None:
-    """Raise unless this process computes ``unit`` under the key it was handed: the same code and
-    data (its own plan gives the same key) and the same libraries, device and threads."""
+    """Raise unless this process computes ``unit`` under the key it was handed (code, data, environment)."""
     import torch
 
     from driftmatrix.units.environment import library_versions

@@ -265,8 +265,7 @@ class PeriodClock:
             t = t.replace(year=t.year + month // 12, month=month % 12 + 1)
 
     def label(self, t_ms: int, field: str) -> str:
-        """Label of ``t_ms``; Drop(out-of-scope date) outside ``[start, stop)``, Drop(bad timestamp)
-        for an instant no table can hold (e.g. an epoch in microseconds)."""
+        """Label of ``t_ms``; Drop outside ``[start, stop)`` or for an instant no table can hold."""
         if not self.start_ms <= t_ms < self.stop_ms:
             if self.scope[0] <= t_ms < self.scope[1] or not _DATETIME_MS[0] <= t_ms < _DATETIME_MS[1]:
                 raise Drop(BAD_TIME, field, f"{preview(t_ms)} ms is outside the representable range {_SPAN} "

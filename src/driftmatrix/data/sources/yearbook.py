@@ -233,8 +233,7 @@ def ordered_map(fn: Callable[[Any], T], items: Iterable[Any], workers: int, wind
 
 
 def _prepared(found: Iterable[Member]) -> Iterator[tuple[tuple[str | None, str, str, int], Callable[[], bytes]]]:
-    """Checks that need no reading, and how to read each member's bytes (a callable that may
-    raise Drop), in member order: the decoding threads read as well, so slow disks overlap."""
+    """Checks that need no reading, and a reader per member: decoding threads read too, so disks overlap."""
     for cls, loc, file_name, read in found:
         year = 0
         try:
