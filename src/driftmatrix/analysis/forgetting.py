@@ -35,11 +35,8 @@ def seed_curves(seed_values) -> Curve:
 
 
 def family_curves(curves: Mapping[str, Curve], families: Mapping[str, str]) -> dict[str, Curve]:
-    """Family curve = mean of its models' mean curves; band = pooled seed std of the members.
-
-    Members may have different seed sets, so seeds are not paired across models; the pooled
-    std sqrt(mean(std^2)) is the typical seed noise of one member at that lag.
-    """
+    """Family curve = mean of its models' mean curves; band = pooled seed std sqrt(mean(std^2)), as
+    seed sets differ between members and are not paired."""
     groups: dict[str, list[str]] = {}
     for model in curves:
         groups.setdefault(families.get(model) or "other", []).append(model)

@@ -49,9 +49,7 @@ def embed_of(config: Mapping[str, Any]):
 
 
 def model_inputs(config: Mapping[str, Any], model_input, encoder=None, device="cpu"):
-    """The network's inputs (``features.inputs`` objects) for raw records, each kind read as the
-    pipeline reads it: feature rows by :func:`as_frame`, texts by :func:`as_texts` then the embed
-    stage's encoder code (:func:`encoded`), images by :func:`as_images` (files by :func:`read_images`)."""
+    """The network's inputs for raw records, each kind read as the pipeline reads it."""
     from driftmatrix.features.inputs import PixelInputs, RowCountInputs
 
     kind, modality = config.get("inputs"), config.get("modality")
@@ -147,9 +145,8 @@ def as_images(model_input, shape: Sequence[int] | None = None) -> np.ndarray:
 
 
 def read_images(paths: Iterable[str | os.PathLike], shape: Sequence[int]) -> np.ndarray:
-    """Image files -> uint8 (N, H, W, 3) as ingestion reads them (``data.sources.yearbook.decode``:
-    any mode to RGB, resized to the model's square ``shape`` with OpenCV's INTER_AREA): what an
-    image model's ``predict`` takes. A file ingestion would drop is an error naming it."""
+    """Image files -> uint8 (N, H, W, 3) as ingestion reads them (OpenCV INTER_AREA to the model's
+    ``shape``); a file ingestion would drop is an error naming it."""
     from driftmatrix.data.jsonl import Drop
     from driftmatrix.data.sources.yearbook import decode
 

@@ -18,10 +18,8 @@ ENVIRONMENT = "environment.json"
 
 
 class CheckpointStore:
-    """``<root>/<model>/<unit key>/``: ``model.safetensors``, ``model.json`` and ``unit.json``.
-
-    ``unit.json`` is written last, fsynced and renamed into place: a record that parses means the
-    unit is done, and one cut short counts as missing. Units outside the current plan stay on disk."""
+    """``<root>/<model>/<unit key>/``: ``model.safetensors``, ``model.json`` and ``unit.json``, the
+    record written last, fsynced and renamed into place: one that parses means the unit is done."""
 
     WEIGHTS, DESCRIPTION, RECORD = WEIGHTS, DESCRIPTION, RECORD
 
