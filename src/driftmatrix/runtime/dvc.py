@@ -59,8 +59,7 @@ def value(v: Any, path: str = "") -> str:
 
 
 def overrides(current: Mapping, preset: Mapping, merge: bool = False, path: str = "") -> Iterator[str]:
-    """Hydra overrides turning ``current`` into ``preset``: deletions first, kept keys in place,
-    then additions."""
+    """Hydra overrides turning ``current`` into ``preset``: deletions, kept keys in place, additions."""
     if not merge:
         for k, old in current.items():
             if k not in preset:

@@ -74,8 +74,7 @@ def keep_freed_memory() -> bool:
 
 # --- progress ----------------------------------------------------------------------------------
 class Progress:
-    """One display per stage: a tqdm bar on a terminal and periodic log lines with
-    done/running/queued and ETA."""
+    """One display per stage: a tqdm bar on a terminal, periodic log lines with counts and ETA."""
 
     def __init__(self, label: str, total: int, *, enabled: bool = True, every: int | None = None,
                  seconds: float = 10.0) -> None:
@@ -272,8 +271,7 @@ LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def start_ray(cfg: RuntimeConfig, *, num_cpus: int | None = None, num_gpus: int | None = None) -> None:
-    """``ray.init`` once per process: join ``cfg.address`` or, for ``null``, start a private Ray on
-    loopback only, without dashboard, driver logs or usage reporting."""
+    """``ray.init`` once per process: join ``cfg.address``, or for ``null`` start a private loopback Ray."""
     if cfg.address is None:
         # with Ray's "this machine only" switch off, every Ray process listens on 127.0.0.1 (read at import)
         os.environ[LOCAL_ONLY_ENV] = "0"

@@ -216,9 +216,7 @@ def cpu_units(shape: Shape, rates: Mapping[str, tuple[float, float]] = CPU_RATES
 
 def shape_of(params, manifest: Mapping | None = None, share: float | None = None,
              periods: int | None = None, rows: int | None = None, need_rows: bool = False) -> Shape:
-    """The study of ``params``: slice sizes from ``manifest`` when given, else ``periods`` equal
-    slices of ``rows`` rows. Without a known size only the relative GPU scale may be used
-    (``need_rows=False``); the CPU scale raises."""
+    """The study of ``params``: slice sizes from ``manifest``, else ``periods`` equal slices of ``rows``."""
     from driftmatrix.config import ConfigError
     from driftmatrix.config import runtime_config
 

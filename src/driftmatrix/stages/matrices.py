@@ -31,9 +31,7 @@ DVC_MATRICES = Path("metrics/matrices")
 
 def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[str, Any]],
              metric, dataset: str, precision: str = "") -> DriftMatrices:
-    """The (S, K, K) seed stack of exactly the plan's cells (pure); unscored cells stay NaN.
-    ``extra`` carries n_eval, the window, the precision, the missing count, and each (seed,
-    cutoff)'s unit key and training seconds."""
+    """The (S, K, K) seed stack of exactly the plan's cells (pure), unscored cells NaN, and ``extra``."""
     from driftmatrix.units.store import current_row
 
     K, S = len(plan.labels), len(plan.seeds)

@@ -68,9 +68,7 @@ def start_workers(params: Params, model: str, preload: Sequence[str] = WORKER_MO
 def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
         validation_dir: str | Path = "outputs/validation",
         features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
-    """Train every unit of ``model``'s plan that is not done, in the environment resolved and
-    recorded here. No MLflow: the evaluate stage makes each unit's run, so this process never
-    opens its store."""
+    """Train every unit of ``model``'s plan not done yet (no MLflow: the evaluate stage makes the runs)."""
     from driftmatrix.audit.gate import overridden_checks
     from driftmatrix.units.code import undeclared
 

@@ -139,9 +139,7 @@ def validation_score(model, data: TuningData, cfg: TrainConfig) -> float:
 
 def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any], seed: int, device,
               report: Callable[[int, float], None] | None = None) -> float:
-    """Train on the inner train rows with ``cfg``; validation score after the last epoch. The model
-    starts at the inner train rows' output prior, as the study's models do; ``report(epoch,
-    score)`` may raise to prune."""
+    """Train on the inner train rows from their output prior; validation score after the last epoch."""
     from driftmatrix.models.heads import init_output_bias
     from driftmatrix.learn.tasks import make_loss
     from driftmatrix.learn.fit import fit
@@ -250,8 +248,7 @@ class TuneRecipe:
 
 @dataclass(frozen=True)
 class Pruning:
-    """The pruner's settings and the trials finished when a round was asked: workers judge against
-    this copy."""
+    """The pruner's settings and the trials finished when a round was asked, for workers to judge by."""
 
     direction: str  # maximize | minimize
     startup_trials: int

@@ -92,8 +92,7 @@ def project_params(model: str | None) -> None:
 
 # --- what goes in ---------------------------------------------------------------------------------
 class BadInput(MlflowException, DataError):
-    """Input a model cannot read: an HTTP 400 (``INVALID_PARAMETER_VALUE``) when served, one line on
-    the CLI."""
+    """Input a model cannot read: an HTTP 400 when served, one line on the command line."""
 
     def __init__(self, message: str):
         super().__init__(message, error_code=INVALID_PARAMETER_VALUE)
@@ -379,9 +378,7 @@ def _digest(path: Path) -> str:
 
 
 def load(uri: str, model_config: Mapping[str, Any] | None = None):
-    """``mlflow.pyfunc.load_model`` of a driftmatrix model (``models:/...``, ``runs:/...`` or a
-    folder) after :func:`verify`; ``.unwrap_python_model().network`` is the torch module or
-    tabular model."""
+    """``mlflow.pyfunc.load_model`` of a driftmatrix model after :func:`verify` checked its folder."""
     import mlflow
 
     from driftmatrix.models.tabular import UntrustedModel

@@ -92,8 +92,7 @@ def from_epoch(value: float, unit: str) -> datetime:
 
 
 def time_kind(num: float) -> str:
-    """How ``time_format: auto`` may read a number: ``yyyymmdd`` (a valid 8-digit date), ``year``
-    (1000-9999) or ``epoch`` (ms from 1e11 on)."""
+    """How ``time_format: auto`` may read a number: ``yyyymmdd``, ``year`` or ``epoch`` (ms from 1e11)."""
     if num.is_integer() and 10_000_000 <= num <= 99_999_999:
         y, md = divmod(int(num), 10_000)
         try:
