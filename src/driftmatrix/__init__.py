@@ -1,7 +1,4 @@
 """driftmatrix: temporal drift matrices (the "Drift Happens" protocol) as a reproducible pipeline.
-
-Imports here are kept light on purpose: heavy libraries (torch, mlflow, pandas) load lazily in the
-modules that need them, so the command line starts fast.
-"""
+Heavy libraries load lazily in the modules that need them, so the command line starts fast."""
 
 __version__ = "0.1.0"

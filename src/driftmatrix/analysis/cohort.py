@@ -8,11 +8,8 @@ import numpy as np
 
 
 def cohort_mean(matrices: Mapping[str, np.ndarray] | list) -> np.ndarray:
-    """Cell-wise mean over models, only at cells every model fills (NaN elsewhere).
-
-    Restricting to common cells keeps the cohort mean from mixing different model subsets
-    across cells, which would show up as spurious structure in the deviations.
-    """
+    """Cell-wise mean over models at cells every model fills (NaN elsewhere), so no cell mixes model
+    subsets."""
     stack = np.stack([np.asarray(m, dtype=float) for m in (
         matrices.values() if isinstance(matrices, Mapping) else matrices)])
     complete = ~np.isnan(stack).any(axis=0)

@@ -20,8 +20,7 @@ PAPER_FAMILIES.update({name: "Frozen" for name in (
 
 
 def family_of(model: str, declared: str | None = None) -> str | None:
-    """Family of a model: the declared one (score rows), then the project registry, then the
-    paper's names; None when unknown."""
+    """Family of a model: declared, then the project registry, then the paper's names; else None."""
     if declared:
         return declared
     try:

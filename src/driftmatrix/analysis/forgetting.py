@@ -6,7 +6,7 @@ Computed per seed first, then mean and std (ddof=1) across seeds, so the band sh
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 
@@ -35,11 +35,8 @@ def seed_curves(seed_values) -> Curve:
 
 
 def family_curves(curves: Mapping[str, Curve], families: Mapping[str, str]) -> dict[str, Curve]:
-    """Family curve = mean of its models' mean curves; band = pooled seed std of the members.
-
-    Members may have different seed sets, so seeds are not paired across models; the pooled
-    std sqrt(mean(std^2)) is the typical seed noise of one member at that lag.
-    """
+    """Family curve = mean of its models' mean curves; band = pooled seed std sqrt(mean(std^2)), as
+    seed sets differ between members and are not paired."""
     groups: dict[str, list[str]] = {}
     for model in curves:
         groups.setdefault(families.get(model) or "other", []).append(model)
@@ -49,9 +46,3 @@ def family_curves(curves: Mapping[str, Curve], families: Mapping[str, str]) -> d
         stds = np.stack([curves[m].std for m in members])
         out[fam] = Curve(means, nanmean(means, axis=0), np.sqrt(nanmean(stds ** 2, axis=0)))
     return out
-
-
-def lags_with_data(curves: Sequence[Curve]) -> int:
-    """Number of leading lags at which every curve has a value."""
-    ok = np.all([~np.isnan(c.mean) for c in curves], axis=0)
-    return int(np.argmin(ok)) if not ok.all() else int(ok.size)

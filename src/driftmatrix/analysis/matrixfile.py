@@ -93,8 +93,7 @@ def write(m: DriftMatrices, path: str | Path) -> None:
 
 
 def load_folder(path: str | Path) -> dict[str, DriftMatrices]:
-    """Every drift-matrix JSON in a folder (or one file); other JSON such as summary.json is
-    skipped. Sorted by model name."""
+    """Every drift-matrix JSON in a folder (or one file), sorted by model; other JSON is skipped."""
     path = Path(path)
     files = [path] if path.is_file() else sorted(path.glob("*.json"))
     out: dict[str, DriftMatrices] = {}

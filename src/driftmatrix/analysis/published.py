@@ -1,9 +1,5 @@
-"""Compare our drift matrices with published ones (same models, same dataset).
-
-Published matrices are seed means with unknown std (read as S = 1). Slices are aligned by label,
-so a run over a subset of the published periods still compares; every statistic of both sides
-is recomputed on the common slices only, so the differences are like for like.
-"""
+"""Compare our drift matrices with published ones (seed means, read as S = 1), aligned by slice
+label and every statistic recomputed on the common slices, so the differences are like for like."""
 
 from __future__ import annotations
 
@@ -15,9 +11,6 @@ import numpy as np
 from driftmatrix.analysis._nan import nanmean
 from driftmatrix.analysis.matrixfile import DriftMatrices
 from driftmatrix.analysis.summary import MatrixSummary, summarize
-
-STATS = ("in_distribution", "future", "decay", "backward", "td_score")
-
 
 @dataclass(frozen=True)
 class Comparison:
@@ -38,10 +31,6 @@ class Comparison:
     @property
     def max_abs_diff(self) -> float:
         return float(np.nanmax(np.abs(self.cell_diff))) if self.n_cells else float("nan")
-
-    def summary_diff(self) -> dict[str, float]:
-        o, p = self.ours.as_dict(), self.published.as_dict()
-        return {k: o[k] - p[k] for k in STATS}
 
 
 def common_slices(a: list[str], b: list[str]) -> tuple[list[str], list[int], list[int]]:

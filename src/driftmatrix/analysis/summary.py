@@ -1,9 +1,5 @@
-"""Whole-matrix and per-cutoff summary statistics (paper section 4.5).
-
-All functions take a seed-mean K x K matrix ``M`` (rows = training cutoff i, columns = evaluated
-slice j, NaN = empty cell) or a seed stack of shape (S, K, K). Every mean runs over filled cells
-only, because a cell without a completed run is empty, not zero.
-"""
+"""Whole-matrix and per-cutoff summary statistics (paper section 4.5), over a K x K matrix or an (S,
+K, K) stack; every mean runs over filled cells only, as an empty cell is not zero."""
 
 from __future__ import annotations
 
@@ -88,11 +84,7 @@ def summarize(M, higher_is_better: bool = True) -> MatrixSummary:
 
 
 def cutoff_indices(n_slices: int, n: int = 4) -> list[int]:
-    """``n`` cutoffs spread evenly over slices[:-1] (the last slice has no future).
-
-    Rule: round(linspace(0, K - 2, n)), de-duplicated. On the 104 Yearbook slices this picks
-    indices 0, 34, 68, 102 = 1905, 1944, 1978, 2012, as the paper does.
-    """
+    """``n`` cutoffs spread evenly over slices[:-1] (on Yearbook 1905, 1944, 1978, 2012, as the paper)."""
     if n_slices < 2:
         return []
     picks = np.rint(np.linspace(0, n_slices - 2, n)).astype(int)

@@ -1,32 +1,12 @@
 """Temporal-degradation (TD) score of Luu et al. (2022), section 2.3 and appendix A.
 
-For an evaluation period t and a training period t', with S(t' -> t) = M[t', t]:
-
-    D(t' -> t) = -(S(t' -> t) - S(t -> t)) * sign(t' - t)
-
-so D grows as performance falls, whichever side of t the training period lies on (D = 0 at
-t' = t). TD(t) is the least-squares slope of D against t' over *all* training periods t' whose
-cell is filled, the aligned one included (protocol section 3; appendix A sums over every
-t' in the set of training timestamps).
-
-Published definition (appendix A) and what this module does:
-
-- Slope: appendix A takes the absolute value, TD(t) = |slope|, and TD = mean over t of |TD(t)|.
-  :func:`td_score` does the same by default (``absolute=True``). ``absolute=False`` gives the
-  signed mean instead: a negative TD(t) means the column *improves* with misalignment (common
-  with cumulative training, where later cutoffs also train on t), which the absolute value
-  counts as degradation. :func:`td_slopes` always returns the signed per-period slopes (the
-  TD(t) figure shows them).
-- Direction: for lower-is-better metrics the difference is flipped, so a larger signed TD is
-  always worse (this only matters for the signed variant and the slopes).
-- x-axis: appendix A regresses on the timestamps themselves ("points per year of
-  misalignment"). Here t' is the slice *index* (0..K-1) unless ``positions`` gives each slice's
-  place on the calendar (:func:`label_positions`, in units of the slicing period). The two agree
-  when no period was dropped; with gaps (Yearbook has no 1907) an index step is one kept slice.
-- Undefined fits: a column needs S(t -> t) and at least one other filled cell (two points);
-  otherwise TD(t) is NaN and left out of the mean. Luu et al. train on single periods; with the
-  protocol's cumulative training the same formula is applied to the cutoff models f_t'.
-"""
+With S(t' -> t) = M[t', t], D(t' -> t) = -(S(t' -> t) - S(t -> t)) * sign(t' - t) grows as
+performance falls on either side of t; TD(t) is the least-squares slope of D against t' over every
+filled cell of column t (two points at least, else NaN), and TD the mean of |TD(t)| as published.
+``absolute=False`` gives the signed mean instead: with cumulative training a column often *improves*
+with misalignment, which the absolute value counts as degradation. For lower-is-better metrics D is
+flipped. The x-axis is the slice index unless ``positions`` gives calendar places
+(:func:`label_positions`); they differ only where a period was dropped (Yearbook has no 1907)."""
 
 from __future__ import annotations
 
@@ -41,12 +21,7 @@ _LABEL = re.compile(r"^(\d{1,4})(?:-(H[12]|Q[1-4]|\d{2}))?$")
 
 
 def label_positions(labels: Sequence[str]) -> np.ndarray:
-    """Calendar place of each slice label in units of its period.
-
-    ``"1905"`` -> 1905 (years), ``"2014-H2"`` -> 2014 * 2 + 1 (half-years), ``"2014-Q3"`` ->
-    2014 * 4 + 2, ``"2014-07"`` -> 2014 * 12 + 6; a multi-period slice ``"1950..1954"`` takes its
-    first period. Raises ValueError naming a label it cannot read.
-    """
+    """Calendar place of each slice label in units of its period; ValueError for one it cannot read."""
     out = []
     for label in labels:
         first = str(label).split("..", 1)[0]

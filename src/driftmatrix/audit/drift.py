@@ -1,20 +1,10 @@
-"""Between-slice drift measures: pure functions on arrays (no I/O).
+"""Between-slice drift measures: pure functions on arrays (no I/O), documented in docs/audit.md.
 
-Matrix convention (same as model drift matrices): ``M[i, j]`` compares slice ``i`` (row, the
-"training" period) with slice ``j`` (column). All measures are documented in docs/audit.md.
-
-- Label shift: Jensen-Shannon divergence in bits (symmetric, in [0, 1]) and the KL divergence
-  of Luu et al. (2022), ``KL(P_j || P_i)`` in nats, on add-``alpha`` smoothed counts (Laplace /
-  Lidstone: ``(count + alpha) / (n + alpha * C)``) so that a class missing from one slice gives a
-  finite value.
-- Covariate shift, text: overlap of the top-``N`` unigram vocabularies (``N`` = 10,000 as in
-  Luu et al.), ``|V_i & V_j| / min(|V_i|, |V_j|)`` (= share of the 10k when both are full).
-- Covariate shift, vectors (downsampled pixels, cached features): squared MMD (biased
-  V-statistic) with an RBF kernel ``exp(-d^2 / (2 sigma^2))``, ``sigma`` = median pairwise
-  Euclidean distance of a pooled subsample of all slices (median heuristic, one bandwidth for the
-  whole matrix so cells are comparable), and a permutation p-value ``(1 + #{perm >= obs}) / (1 + P)``;
-  between each cutoff's pooled training window and every later slice (:func:`window_mmd`).
-"""
+``M[i, j]`` compares slice ``i`` (row) with slice ``j`` (column), as in the drift matrices. Label
+shift: Jensen-Shannon divergence and Luu et al.'s ``KL(P_j || P_i)`` on add-``alpha`` smoothed
+counts, so a class missing from one slice gives a finite value. Text: overlap of the top-``N``
+vocabularies. Vectors: squared MMD with one median-heuristic RBF bandwidth for the whole matrix, so
+cells are comparable, and a permutation p-value."""
 
 from __future__ import annotations
 
@@ -150,10 +140,7 @@ def mmd2_test(x: np.ndarray, y: np.ndarray, sigma: float, permutations: int,
 
 def mmd_matrix(samples: Sequence[np.ndarray], max_n: int = 300, permutations: int = 200,
                seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
-    """(K x K squared MMD, K x K p-values, bandwidth) over per-slice samples (rows = vectors).
-
-    Each slice is subsampled to at most ``max_n`` rows once; the diagonal is 0 with p = 1.
-    """
+    """(K x K squared MMD, K x K p-values, bandwidth), each slice subsampled to ``max_n`` rows once."""
     rng = np.random.default_rng(seed)
     subs = [subsample(s, max_n, rng) if len(s) else None for s in samples]
     present = [s for s in subs if s is not None]
@@ -177,10 +164,7 @@ def mmd_matrix(samples: Sequence[np.ndarray], max_n: int = 300, permutations: in
 
 def window_mmd(x: np.ndarray, slice_ids: np.ndarray, k: int, max_n: int = 300,
                seed: int = 0) -> tuple[np.ndarray, float]:
-    """(K x K squared MMD, biased as :func:`mmd2_test`'s, between the pooled window of slices
-    0..r (row r) and slice t (column t), r < t, NaN elsewhere; bandwidth). Each window and slice
-    is drawn once, at most ``max_n`` rows with ``seed`` (a window's uniformly over its pooled
-    rows); one median-heuristic bandwidth for the whole matrix."""
+    """(K x K squared MMD of the window of slices 0..r against slice t > r, NaN elsewhere; bandwidth)."""
     rng = np.random.default_rng(seed)
     order = np.argsort(slice_ids, kind="stable")
     x, ends = np.asarray(x)[order], np.searchsorted(np.asarray(slice_ids)[order], np.arange(k), side="right")
@@ -201,11 +185,9 @@ def window_mmd(x: np.ndarray, slice_ids: np.ndarray, k: int, max_n: int = 300,
 
 # --- data drift vs model decay ----------------------------------------------------------------
 def correlate(data_drift: np.ndarray, model_matrix: np.ndarray, higher_is_better: bool = True) -> dict:
-    """Spearman correlation between drift(i, j) and the model's drop M[i, i] - M[i, j], j > i.
-
-    For lower-is-better metrics the drop is M[i, j] - M[i, i], so a positive drop always means
-    worse on the later slice. Pairs with a missing value on either side are left out.
-    """
+    """Spearman correlation between drift(i, j) and the model's drop from M[i, i] to M[i, j], j > i
+    (signed so a positive drop is worse for either metric direction); pairs with a missing value
+    are left out."""
     from scipy.stats import spearmanr
 
     d = np.asarray(data_drift, float)

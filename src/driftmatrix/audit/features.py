@@ -1,20 +1,10 @@
-"""Per-feature drift of a feature table (``source: table`` with ``features:``): pure functions.
+"""Per-feature drift of a feature table: pure functions.
 
-For every feature a K x K matrix ``M[i, j]`` compares its values in slice i with those in slice j:
-
-- numeric features: the two-sample Kolmogorov-Smirnov statistic ``D = sup |F_i(x) - F_j(x)|``
-  of the values present (in [0, 1]; missing values are counted by the missing share, not here);
-- categorical features: the Jensen-Shannon *distance* (square root of the divergence in bits,
-  in [0, 1]) between the category shares, missing counted as a category of its own.
-
-Both lie in [0, 1] (0 = same distribution), so features can be ranked against each other: for
-every pair of periods :func:`top_features` names the features that drift most, and
-:func:`ranking` orders features by their mean drift over the future pairs (i < j).
-
-:func:`unseen_matrix` is the share of rows of period j holding a category that the training
-window of cutoff i (slices 0..i, the cumulative window) never saw: what the tabular models'
-preprocessing meets as "unseen" (``models.tabular``).
-"""
+For every feature a K x K matrix compares slice i with slice j: the Kolmogorov-Smirnov statistic for
+numeric values present, the Jensen-Shannon distance of category shares (missing as a category) for
+categorical ones. Both lie in [0, 1], so features rank against each other (:func:`ranking`,
+:func:`top_features`). :func:`unseen_matrix` is the share of period j's rows holding a category the
+window of cutoff i never saw: what the tabular models meet as "unseen"."""
 
 from __future__ import annotations
 
@@ -83,8 +73,7 @@ def categorical_matrix(values: Sequence[Any], slice_ids: np.ndarray, k: int) -> 
 
 def unseen_matrix(frame: pd.DataFrame, categorical: Sequence[str], slice_ids: np.ndarray,
                   train: np.ndarray, k: int) -> np.ndarray:
-    """``M[i, j]``: share of slice j's rows with at least one category absent from the training rows
-    of slices 0..i (``train``: the row is in its slice's train split)."""
+    """``M[i, j]``: share of slice j's rows with a category the training rows of slices 0..i lack."""
     out = np.zeros((k, k))
     if not len(categorical):
         return out

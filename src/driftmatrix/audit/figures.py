@@ -1,9 +1,5 @@
-"""PNG figures (bytes) for the audit: heatmaps in drift-matrix orientation, prevalence lines.
-
-Heatmaps are drawn by the same code as the model drift matrices (``reporting.figures``): slice
-``i`` on the rows (y axis), slice ``j`` on the columns (x axis), origin lower-left, so time
-increases upwards and to the right.
-"""
+"""PNG figures (bytes) for the audit, heatmaps drawn by the model matrices' code
+(``reporting.figures``) so both read the same way."""
 
 from __future__ import annotations
 
@@ -63,8 +59,7 @@ def scatter(x: Sequence[float], y: Sequence[float], xlabel: str, ylabel: str, ti
 
 def feature_grid(values: np.ndarray, features: Sequence[str], labels: Sequence[str], title: str, colorbar: str,
                  xlabel: str = "slice", cmap: str = "magma_r") -> bytes:
-    """Features (rows) x periods (columns) heatmap, e.g. each feature's drift against the first
-    slice or its permutation importance per cutoff."""
+    """Features (rows) x periods (columns) heatmap, e.g. drift against the first slice or importance."""
     plt = _pyplot()
     values = np.asarray(values, dtype=float)
     fig, ax = plt.subplots(figsize=(max(5.0, 0.45 * len(labels) + 2.5), max(2.5, 0.3 * len(features) + 1.2)))

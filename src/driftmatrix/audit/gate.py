@@ -1,10 +1,6 @@
-"""The validation gate: ``driftmatrix validate``.
-
-Writes ``outputs/validation/{results.json, summary.md, summary.json}`` and raises
-:class:`ValidationFailed` (the CLI exits 1) when a critical expectation failed and is not listed
-in ``validation.override``. Overridden failures are recorded in ``summary.json`` so the training
-stage can tag its runs with them (:func:`overridden_checks`).
-"""
+"""The validation gate: ``driftmatrix validate``. Raises :class:`ValidationFailed` (exit 1) on a
+critical failure not listed in ``validation.override``; overridden failures are recorded so the
+train stage can tag its runs (:func:`overridden_checks`)."""
 
 from __future__ import annotations
 

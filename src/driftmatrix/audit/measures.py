@@ -170,8 +170,7 @@ def window_drift(slices: Slices, cfg: AuditConfig) -> Measure | None:
 
 
 def feature_drift(slices: Slices, cfg: AuditConfig) -> tuple[dict[str, Any], list[Measure]]:
-    """Per-feature K x K drift (KS for numbers, JS distance for categories), the features drifting
-    most per pair of periods, their ranking, and the unseen-category shares (``audit.features``)."""
+    """Per-feature K x K drift, the features drifting most per pair of periods, ranking and unseen shares."""
     from driftmatrix.audit import features as fd
     from driftmatrix.data.table import feature_column
 

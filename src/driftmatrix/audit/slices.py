@@ -1,10 +1,5 @@
-"""Read ``outputs/slices/`` (see docs/CONTRACTS.md) and count labels per slice.
-
-The label "axis" is what a share, a prevalence or a label distribution is computed over:
-classes (binary, multiclass), categories (multilabel: one ``label_<c>`` 0/1 column each) or
-rating levels (regression: the distinct ``label`` values, e.g. 1-5 stars). Validation and drift both use
-:func:`label_counts`, so the two stages always agree on it.
-"""
+"""Read ``outputs/slices/`` (docs/CONTRACTS.md) and count labels per slice, over classes, categories
+or rating levels: validation and drift both use :func:`label_counts`, so they agree."""
 
 from __future__ import annotations
 

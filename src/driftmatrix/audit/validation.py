@@ -1,19 +1,9 @@
 """Great Expectations suites per slice: one ephemeral context per run, no project folder.
 
-Three small batches are validated per slice, each with its own suite:
-
-- ``rows``: the slice's rows (schema, non-null fields, label value set, row count, timestamps
-  inside ``[start, end)``, unique ids);
-- ``schema``: one row per required column with its observed and accepted dtype kind (pandas
-  dtypes are summarised here because GX's type expectations do not know pandas 3 dtypes);
-- ``classes``: one row per class / category / rating level with its share in the slice, in the
-  cumulative history before it, and in the train and test splits. Shares, the change against the
-  history and the stratification gap are computed in pandas and checked with GX range
-  expectations on this derived frame.
-
-Every expectation carries ``meta = {"key", "bound"[, "observed"]}``; :func:`records` turns GX's
-results into the project's result format (see docs/audit.md).
-"""
+Three batches per slice: ``rows`` (the slice's rows), ``schema`` (one row per required column with
+its dtype kind: GX's type expectations do not know pandas 3 dtypes) and ``classes`` (each class's
+share in the slice, its history and its splits, computed in pandas and range-checked by GX). Every
+expectation carries ``meta = {"key", "bound"[, "observed"]}`` for :func:`records` (docs/audit.md)."""
 
 from __future__ import annotations
 
@@ -133,8 +123,7 @@ def feature_kinds(meta) -> dict[str, str]:
 
 
 def feature_frame(slices: Slices, index: int, first: Mapping[str, set]) -> pd.DataFrame:
-    """Per feature of slice ``index``: its missing share and (categories) the share of its values
-    present that the first slice never had."""
+    """Per feature of slice ``index``: missing share and (categories) the share the first slice lacked."""
     from driftmatrix.data.table import feature_column
 
     frame, meta = slices.frame(index), slices.meta
@@ -180,11 +169,7 @@ def schema_frame(frame: pd.DataFrame, kinds: Mapping[str, str]) -> pd.DataFrame:
 
 def class_frame(slices: Slices, index: int, levels: Sequence[Any], counts: np.ndarray, n: np.ndarray,
                 trained: np.ndarray | None = None) -> pd.DataFrame:
-    """Per class of slice ``index``: count, share, share in the history before it, train/test shares
-    and (``trained``) its training rows in all slices.
-
-    ``counts``/``n`` are :func:`counts_by_slice` of all slices (computed once per run).
-    """
+    """Per class of slice ``index``: count, shares in the slice, its history and splits, training rows."""
     meta = slices.meta
     frame = slices.frame(index)
 

@@ -1,13 +1,7 @@
-"""Download real datasets into ``data/<dataset>/``: resumable (HTTP Range on a ``.part`` file),
-verified (sha256 when known, else the announced size), recorded (``fetch.json``: url, size, sha256).
-
-All source URLs live in :data:`SOURCES`. Datasets behind a login (arXiv on Kaggle) print the exact
-manual steps instead.
-
-Only ``http(s)://`` and ``file://`` URLs are fetched (redirects only to ``http(s)://``), and every
-file name is a sanitised basename (:func:`safe_name`): a ``--category`` or a URL can never name a
-path outside the dataset folder.
-"""
+"""Download real datasets into ``data/<dataset>/``: resumable, verified (sha256 or size) and
+recorded in ``fetch.json``; datasets behind a login print the manual steps. Only ``http(s)`` and
+``file`` URLs are fetched and every file name is a sanitised basename (:func:`safe_name`), so no
+input can name a path outside the dataset folder."""
 
 from __future__ import annotations
 
@@ -58,8 +52,7 @@ def check_url(url: str) -> str:
 
 
 def safe_name(name: str, default: str = "download") -> str:
-    """A file name that stays inside its folder: the last path part, characters other than letters,
-    digits, ``.``, ``_`` and ``-`` replaced by ``_``, no leading dot, at most 200 characters."""
+    """A file name that stays inside its folder: the last path part, sanitised, at most 200 characters."""
     base = _UNSAFE.sub("_", name.replace("\\", "/").rsplit("/", 1)[-1]).lstrip(".")[:MAX_NAME]
     return base or default
 

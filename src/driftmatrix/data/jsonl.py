@@ -1,11 +1,8 @@
 """Streaming record sources shared by every reader, with the drop bookkeeping in one place.
 
-A reader is written as a *pure* parse function ``parse(raw) -> value`` that raises :class:`Drop`
-for a record it will not keep, plus a stream of ``(location, raw record)`` pairs from one of the
-iterators here. :func:`parse_records` joins the two: it counts every record read, turns each
-:class:`Drop` into ``IngestReport.drop(reason, "file:line", "field 'x': ...")`` (an error in strict
-mode) and yields only the parsed values. Memory stays flat: lines are read one at a time.
-"""
+A reader is a pure ``parse(raw)`` that raises :class:`Drop` for a record it will not keep;
+:func:`parse_records` counts every record, reports each drop with its place (an error in strict
+mode) and yields the parsed values, one line at a time."""
 
 from __future__ import annotations
 
@@ -83,8 +80,7 @@ class Unreadable(Exception):
 
 
 def error_text(exc: BaseException, limit: int = 100) -> str:
-    """``Type: first line of the message`` (the type says more than an empty message), without
-    memory addresses so that reports are reproducible."""
+    """``Type: first line of the message``, without memory addresses so that reports are reproducible."""
     msg = _ADDRESS.sub("", str(exc).splitlines()[0])[:limit] if str(exc).strip() else ""
     return f"{type(exc).__name__}: {msg}" if msg else type(exc).__name__
 

@@ -22,11 +22,7 @@ log = logging.getLogger(__name__)
 
 
 def period_bins(timestamps: pd.Series, period: str = "year", width: int = 1) -> tuple[pd.Series, pd.Series]:
-    """Start of each row's slice (UTC timestamps) and its label (``1950``, ``2014-H1``, ``1950-1954``).
-
-    A slice is ``width`` consecutive periods; bins are anchored at year 0 so labels do not depend
-    on which rows are present.
-    """
+    """Start and label of each row's slice, bins anchored at year 0 so labels do not depend on the rows."""
     if period not in PERIOD_MONTHS:
         raise DataError(f"params.yaml: slicing.period {period!r} not in {sorted(PERIOD_MONTHS)}")
     if width < 1:
@@ -48,11 +44,7 @@ def stratify_key(table: pd.DataFrame, meta: DatasetMeta) -> pd.Series:
 
 
 def stratified_split(keys: np.ndarray, test_fraction: float, seed: int) -> np.ndarray:
-    """Boolean test mask: within each stratum, a seeded shuffle puts round(frac * n) rows in test.
-
-    Strata too small to split keep their rows in train unless rounding gives them a test row, so
-    each stratum's test share is as close to ``test_fraction`` as its size allows.
-    """
+    """Boolean test mask: a seeded shuffle per stratum puts round(frac * n) rows in test."""
     rng = np.random.default_rng(seed)
     test = np.zeros(len(keys), dtype=bool)
     for key in sorted(set(keys.tolist())):
@@ -126,9 +118,7 @@ def label_counts(part: pd.DataFrame, meta: DatasetMeta) -> dict[str, int]:
 
 def slice_content_hashes(rows: pd.DataFrame, images: np.ndarray | None,
                          manifest: dict[str, Any]) -> list[str]:
-    """One content hash per slice: its label, every column of its rows but the slice index
-    (ids, timestamps, labels, text, split) and its image bytes. A slice's hash changes only when
-    its own rows do, which is what keys units and cells (driftmatrix.units.plan)."""
+    """One content hash per slice, changing only when its own rows do: what keys units and cells."""
     import hashlib
 
     slice_ids = rows["slice"].to_numpy()

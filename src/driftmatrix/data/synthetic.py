@@ -1,20 +1,10 @@
 """Built-in procedural "yearbook": 32x32 portraits over decades of years, no download needed.
 
-Each image is a face-like oval on a background. Two cues carry the label (F = 0, M = 1):
-
-- a **global cue**: the oval's aspect ratio and tint differ slightly by class. It is weak (noisy,
-  overlapping) and persists over all years; any model can read it.
-- a **local cue**: a tiny 4x4 high-contrast texture at a random position inside the oval (a
-  checkerboard for M, stripes for F). It is highly discriminative while present but, being small
-  and placed anywhere, is easy for convolutions with pooling and hard for an MLP. Its contrast
-  ``cue(t)`` changes linearly from ``cue_start`` to ``cue_end`` over ``span`` years: in the
-  ``fading-cue`` scenario it fades out, the mechanism the paper gives for CNNs decaying fastest.
-
-Further knobs, set by the scenario: covariate drift (background colour, brightness and oval
-size move with the year), label shift (P(M) moves from ``p_start`` to ``p_end``) and concept drift
-(from ``flip_at`` on, the global cue's meaning is reversed). Everything is deterministic given
-the seed: year y uses its own generator seeded from (seed, y).
-"""
+Two cues carry the label: a weak global cue (the oval's shape and tint) that persists, and a tiny
+high-contrast local texture, easy for pooled convolutions and hard for an MLP, whose contrast moves
+from ``cue_start`` to ``cue_end`` over ``span`` years: ``fading-cue`` fades it, the paper's
+mechanism for CNNs decaying fastest. Scenarios add covariate drift, label shift and concept drift
+(``flip_at``). Year y draws from its own generator seeded from (seed, y)."""
 
 from __future__ import annotations
 
@@ -105,12 +95,9 @@ def generate_year(knobs: DriftKnobs, year_frac: float, n: int, rng: np.random.Ge
 
 
 def drift_position(k: int, span: int) -> float:
-    """Where year ``first_year + k`` sits on the drift schedule, in [0, 1].
-
-    The schedule is set by absolute year (``span`` years from ``first_year``, then it stays at
-    its end), never by how many years are generated: appending a year leaves every earlier image
-    byte-identical, which is what lets a new period cost only its new units.
-    """
+    """Where year ``first_year + k`` sits on the drift schedule, in [0, 1], by absolute year:
+    appending a year leaves every earlier image byte-identical, so a new period costs only its
+    units."""
     return min(k / max(span - 1, 1), 1.0)
 
 
@@ -136,8 +123,7 @@ def cue_region(size: int = 32) -> tuple[slice, slice]:
 
 
 def write_builtin(source: str, cfg, target: str | Path, force: bool = False) -> tuple[str, int]:
-    """The built-in dataset in the format ``dataset.source`` reads: Amazon reviews or arXiv papers
-    (``synthetic_text``), a feature table (``synthetic_table``), else Yearbook portraits; returns (what, how many documents/images)."""
+    """The built-in dataset in the format ``dataset.source`` reads; returns (what, how many)."""
     from driftmatrix.data import synthetic_text
 
     if source in synthetic_text.WRITERS:
@@ -150,11 +136,7 @@ def write_builtin(source: str, cfg, target: str | Path, force: bool = False) -> 
 
 
 def write_dataset(cfg: SyntheticConfig, root: str | Path, force: bool = False) -> int:
-    """Write the dataset as ``root/{F,M}/<year>_synthetic_<n>.png`` (the Yearbook layout).
-
-    Skips the work when the folder already holds exactly the expected files (resumable, and
-    keeps the DVC-tracked folder byte-identical).
-    """
+    """Write ``root/{F,M}/<year>_synthetic_<n>.png``, skipped when the folder already holds exactly those."""
     from PIL import Image
 
     root = Path(root)

@@ -1,20 +1,10 @@
 """Built-in tabular default: a customer table over years with known drift (``source: table``).
 
-One CSV (``table.csv``) with a ``year`` column, a binary label ``churn`` and these features:
-
-- ``age``, ``income`` (log-normal; 4% missing), ``tenure``, ``usage``, ``score`` (numeric) and
-  ``region``, ``channel``, ``plan`` (categorical);
-- **covariate drift**: ``age`` and ``income`` move up with the year, the ``region`` shares
-  shift from north to south, ``usage`` widens;
-- **concept drift**: ``score`` raises churn until ``flip_at`` of the span and lowers it after (the
-  sign of its effect flips at a known year, :func:`flip_year`);
-- **a late category**: ``channel = app`` appears from ``app_at`` of the span on, with churn
-  well above the others;
-- a few ``age`` values are the text ``unknown`` (the reader drops those rows as ``wrong type``).
-
-Year y is drawn from its own generator seeded by (seed, y) and the schedule runs over the fixed
-``span``, so appending a year leaves every earlier row byte-identical (only new units train).
-"""
+``table.csv`` has a ``year``, the label ``churn`` and numeric and categorical features with
+covariate drift (``age``, ``income``, ``region``), concept drift (``score``'s effect flips at
+:func:`flip_year`), a late category (``channel = app``) and a few ``unknown`` ages the reader drops.
+Year y has its own generator and the schedule a fixed ``span``, so appending a year leaves earlier
+rows byte-identical."""
 
 from __future__ import annotations
 

@@ -1,32 +1,12 @@
 """Built-in text datasets with controllable drift, written in the real datasets' formats.
 
-``driftmatrix data generate`` picks the generator from ``dataset.source``: ``amazon`` writes the
-reviews, ``arxiv`` the papers (``yearbook`` the portraits of :mod:`driftmatrix.data.synthetic`), so
-the generated folder is ingested by the same reader as the real dataset. ``synthetic.years``,
-``first_year``, ``per_year`` (documents per year), ``seed`` and ``scenario`` apply; ``size`` does not.
-
-Two generators, both deterministic given the seed (each year has its own generator seeded from
-(seed, year)), with a timestamp drawn uniformly inside the year:
-
-- **reviews** (Amazon Reviews 2023 layout: ``<Category>.jsonl`` files of ``rating``, ``title``,
-  ``text``, ``timestamp`` in ms, ``asin``, ``parent_asin``, ``user_id`` ...; read by the
-  ``amazon`` reader, half-year slices). A 1-5 star rating, skewed toward 5 stars. The text holds
-  a few sentiment cue words of its rating (sometimes of a neighbouring rating, so the task stays
-  noisy) among product nouns and filler.
-- **papers** (arXiv metadata snapshot layout: one ``arxiv-metadata-oai-snapshot.json`` of ``id``,
-  ``title``, ``abstract``, ``categories``, ``versions`` ...; read by the ``arxiv`` reader, yearly
-  slices). One or two of the paper's 7 categories per paper; title and abstract use each category's
-  terminology, with some terms borrowed from other categories.
-
-Drift, set by ``synthetic.scenario`` (see :data:`SCENARIOS`), moves linearly with the position
-``f`` in [0, 1] of the year on the timeline:
-
-- *vocabulary*: each rating level / category has an early and a late lexicon; a cue or term is
-  drawn from the late one with probability ``vocab * f``. Product nouns (reviews) shift the same
-  way. A model trained on early years meets words it never saw.
-- *label*: the label mix moves from ``start`` to ``end`` (share of 5-star reviews; category mix
-  from physics-heavy to machine-learning-heavy).
-"""
+``driftmatrix data generate`` writes Amazon-layout reviews (``dataset.source: amazon``; 1-5 stars,
+skewed to 5, with sentiment cue words) or arXiv-layout papers (``arxiv``; one or two of 7
+categories, each with its terminology), so they go through the same reader as the real data. Each
+year draws from a generator seeded from (seed, year). Drift (:data:`SCENARIOS`) moves linearly with
+the year's place ``f`` on the timeline: a cue or term comes from the late lexicon with probability
+``vocab * f``, so early models meet words they never saw, and the label mix moves from ``start`` to
+``end``."""
 
 from __future__ import annotations
 

@@ -1,21 +1,9 @@
 """The normalised table every data source produces and the slicing stage consumes.
 
-Columns of ``IngestResult.table`` (one row per kept record):
-
-- ``id`` (str, unique), ``timestamp`` (pandas ``datetime64[ns, UTC]``), ``period`` (str, the
-  source's natural period label such as ``1950`` or ``2014-H1``), ``source`` (str ``file:line``
-  or ``file`` for traceability);
-- inputs: ``text`` (str) for text datasets; image datasets keep pixels in ``IngestResult.images``
-  (uint8, ``(N, H, W, 3)``, row ``r`` is the image of table row ``r``); tables of features
-  (``input_kind == "table"``) hold one column per feature, named :func:`feature_column`
-  (``feat:<name>``): float64 with NaN for a missing numeric value, str with None for a missing
-  category (``DatasetMeta.numeric`` / ``DatasetMeta.categorical`` list the features);
-- labels: the columns named by ``DatasetMeta.label_columns``: ``label`` (int class index) for
-  binary and multiclass, ``label`` (float) for regression, and one 0/1 int column per category
-  (``label_<category>``) for multilabel.
-
-Every record that is read but not kept is counted in an :class:`IngestReport` with its reason.
-"""
+``IngestResult.table`` has one row per kept record: ``id``, ``timestamp`` (UTC), ``period``,
+``source`` (``file:line``); the input (``text``; pixels in ``IngestResult.images``, row for row; or
+one :func:`feature_column` per feature) and the label columns of ``DatasetMeta.label_columns``.
+Every record read but not kept is counted in an :class:`IngestReport` with its reason."""
 
 from __future__ import annotations
 
@@ -39,8 +27,7 @@ MAX_EXAMPLES = 5
 
 
 def feature_column(name: str) -> str:
-    """Column of the normalised table that holds feature ``name`` (prefixed: no clash with ``id``,
-    ``label``, ``slice`` ...)."""
+    """Column holding feature ``name``, prefixed so it cannot clash with ``id``, ``label``, ``slice``."""
     return FEATURE_PREFIX + name
 
 

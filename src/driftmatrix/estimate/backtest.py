@@ -1,19 +1,9 @@
 """The drift matrix as a backtest of every estimator (pure: arrays in, arrays and numbers out).
 
-Each future cell M[i, j > i] of a model's seed-level matrices is estimated as it could have been
-at cutoff i: from :func:`history` (the cells of rows and columns up to i, every seed) and the
-period's statistics without labels, then compared with its true value. :func:`estimate_cell` is
-the only place that decides what an estimate may see, and tests/estimate poison everything else.
-``IW-inputs`` also sees inputs: those of the held-out rows of the unit's window (slices up to i)
-and those of period j (:class:`driftmatrix.estimate.domain.SliceInputs`), never their labels.
-The same cells are also estimated one period ahead (``reference="previous"``): from the history
-up to period j - 1, with the unit's labelled cell of period j - 1 as the reference.
-
-The method a user trusts for period t is chosen causally (:func:`causal_choice`): the lowest MAE
-over the future cells of the periods before t. ``causal_mae`` is that choice's error; each
-method's own MAE over all cells is in hindsight, descriptive. BBSE's label-shift flag is
-calibrated the same way, on the labelled cells of earlier periods (:func:`calibrate_flags`).
-"""
+Each future cell M[i, j > i] is estimated as it could have been at cutoff i, then compared with its
+true value; :func:`estimate_cell` is the only place that decides what an estimate may see (tests
+poison everything else). The method a user trusts for period t is chosen causally
+(:func:`causal_choice`, lowest MAE over earlier periods); each method's own MAE is in hindsight."""
 
 from __future__ import annotations
 
@@ -31,9 +21,7 @@ from driftmatrix.config import METRICS as METRICS_BY_KEY
 
 @dataclass(frozen=True)
 class ModelScores:
-    """One model's seed-level cells: values and rows scored (S, K, K), per-cell statistics
-    ``stats[s][i][j]`` (None where a cell has none), each cutoff's training window and, where the
-    dataset has them, every slice's input features (``inputs``, for ``IW-inputs``)."""
+    """One model's seed-level cells (S, K, K), per-cell statistics, windows and slice input features."""
 
     model: str
     slices: Sequence[str]
@@ -53,8 +41,7 @@ class ModelScores:
 
 
 def history(ms: ModelScores, i: int) -> ModelScores:
-    """What is known at cutoff i: rows and columns 0..i of every seed (labels included: those
-    periods have been labelled by then). Nothing of a later period or a later cutoff."""
+    """What is known at cutoff i: rows and columns 0..i of every seed, nothing later."""
     k = i + 1
     return replace(ms, slices=list(ms.slices[:k]), values=ms.values[:, :k, :k].copy(),
                    n_eval=ms.n_eval[:, :k, :k].copy(),
@@ -68,16 +55,13 @@ def held_out(known: ModelScores, s: int, i: int) -> CellStats | None:
 
 
 def reference_stats(known: ModelScores, s: int, i: int, t: int) -> CellStats | None:
-    """The labelled rows an estimate for unit (s, i) starts from when period t is the latest
-    labelled one: its held-out rows when t = i, its cell of period t when t > i."""
+    """The labelled rows an estimate starts from: held-out rows when t = i, else its cell of period t."""
     return held_out(known, s, i) if t == i else known.stats[s][i][t]
 
 
 def held_out_weights(known: ModelScores, i: int, target_x: np.ndarray | None, period,
                      cache: WeightCache | None = None) -> np.ndarray | None:
-    """Importance weights of the held-out rows of cutoff i's window (their order in
-    :func:`held_out`) towards the inputs ``target_x`` of ``period``, from an input-space domain
-    classifier (``domain.domain_weights``); None without inputs."""
+    """Importance weights of cutoff i's held-out rows towards ``target_x``; None without inputs."""
     if known.inputs is None or target_x is None or len(target_x) == 0:
         return None
     source_x = known.inputs.held_out(known.windows[i])
@@ -104,13 +88,10 @@ def estimate_from_history(known: ModelScores, s: int, i: int, lag: int, target: 
                           cap_slack: float = CAP_SLACK, target_x: np.ndarray | None = None, period="new",
                           cache: WeightCache | None = None, latest: int | None = None,
                           source: CellStats | None = None) -> dict[str, Estimate]:
-    """Every method's estimate for the seed-s model of cutoff i on a period ``lag`` periods after
-    ``latest`` (the latest labelled period t, i by default), from ``known`` (cells and inputs known
-    now), the period's unlabelled statistics ``target`` and its inputs' features ``target_x``
-    (``period`` names it in ``cache``). The reference is the unit's held-out rows and M[i, i] when
-    t = i, its labelled cell of period t and M[i, t] when t > i (no ``IW-inputs`` then: only
-    held-out cells keep each row's correctness). ``source``: the reference's statistics when the
-    caller already has them (:func:`reference_stats`)."""
+    """Every method's estimate for the seed-s model of cutoff i, ``lag`` periods after the latest
+    labelled period ``latest``. The reference is the held-out rows and M[i, i] when t = i, else
+    the labelled cell of period t (no ``IW-inputs`` then: only held-out cells keep each row's
+    correctness)."""
     t = i if latest is None else latest
     confidence = known.metric == "accuracy"
     bounded = (0.0, 100.0) if getattr(METRICS_BY_KEY.get(known.metric), "unit", "") == "%" else None
@@ -125,10 +106,7 @@ def estimate_from_history(known: ModelScores, s: int, i: int, lag: int, target: 
 def estimate_cell(ms: ModelScores, s: int, i: int, j: int, min_ess: float = 30.0, methods=METHODS,
                   shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK, cache: WeightCache | None = None,
                   reference: str = "window") -> dict[str, Estimate]:
-    """Cell (i, j > i) of seed s estimated as at the latest period whose labels ``reference``
-    allows (:func:`latest_labelled`): the history up to it, period j's statistics with their
-    labels removed and its rows' input features (``cache``: domain weights already computed for
-    this dataset's inputs, keyed by window and j)."""
+    """Cell (i, j > i) of seed s estimated as at the latest period ``reference`` allows."""
     if j <= i:
         raise ValueError(f"cell ({i}, {j}) is not in the future of cutoff {i}")
     t = latest_labelled(i, j, reference)
@@ -156,8 +134,7 @@ def binomial_noise(p: float, n: int) -> float:
 
 @dataclass
 class Backtest:
-    """Estimates (method -> (S, K, K) value, lo, hi; NaN outside the future cells), the truth,
-    per-cell flags and measured label shift, and the summary numbers."""
+    """Each method's (S, K, K) estimates, the truth, per-cell flags and label shift, the summary."""
 
     model: str
     truth: np.ndarray
@@ -188,9 +165,7 @@ ESS_METHODS = ("IW", "IW-inputs")
 
 def run(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1, methods=METHODS,
         cap_slack: float = CAP_SLACK, cache: WeightCache | None = None, reference: str = "window") -> Backtest:
-    """Estimate every future cell of every seed as :func:`estimate_cell` does (one history per
-    latest labelled period, not one per cell) and summarise (:func:`summarize`). ``cache``:
-    domain weights shared with other models of the same inputs (default: this run's own)."""
+    """Estimate every future cell of every seed (one history per latest labelled period) and summarise."""
     S, K = ms.values.shape[0], ms.K
     blank = lambda: np.full((S, K, K), np.nan)  # noqa: E731
     est, lo, hi = ({m: blank() for m in methods} for _ in range(3))
@@ -242,11 +217,9 @@ def future_cells(truth: np.ndarray) -> np.ndarray:
 
 
 def causal_choice(estimates: dict[str, np.ndarray], truth: np.ndarray) -> tuple[list[str], np.ndarray]:
-    """Per period t = 0..K (K: the next, unlabelled one), the method a user could trust before t's
-    labels: the lowest MAE over the future cells of periods < t (every seed), among the methods
-    that estimate all of them (ties: the earlier in ``estimates``' order); before any such cell,
-    the first method (carry-forward). Returns those K + 1 names and the (S, K, K) estimates they
-    give (each cell (i, t) by period t's method; carry-forward where it has none)."""
+    """Per period t = 0..K, the method a user could trust before t's labels: the lowest MAE over the
+    future cells of periods < t among methods that estimate all of them (else carry-forward);
+    returns those names and the (S, K, K) estimates they give."""
     names = list(estimates)
     err = np.stack([np.abs(estimates[m] - truth) for m in names])
     future = future_cells(truth)
@@ -263,17 +236,14 @@ def causal_choice(estimates: dict[str, np.ndarray], truth: np.ndarray) -> tuple[
 
 def flag_threshold(estimated: np.ndarray, measured: np.ndarray, cells: np.ndarray, threshold: float) -> float:
     """BBSE's flag calibrated on labelled cells: the smallest estimated shift (at least
-    ``threshold``) above which no cell of ``cells`` whose measured label shift is at most
-    ``threshold`` would have been flagged (``estimated``: 0 where the predictions did not move
-    significantly)."""
+    ``threshold``) above which no cell without a measured label shift would have been flagged."""
     calm = cells & np.isfinite(measured) & np.isfinite(estimated) & (measured <= threshold)
     return max(threshold, float(estimated[calm].max()) if calm.any() else threshold)
 
 
 def calibrate_flags(bts: Sequence[Backtest], threshold: float) -> None:
-    """Set each backtest's ``flag_taus``: for period t, :func:`flag_threshold` over the future
-    cells of periods < t of all of ``bts`` (the models of one dataset and reference: their labels
-    are the same, and a shift BBSE reports for any of them without one is a false alarm)."""
+    """Set each backtest's ``flag_taus`` from the earlier periods of all of ``bts`` (the models of
+    one dataset share labels, so a shift reported for any of them without one is a false alarm)."""
     est, measured, future = (np.concatenate([f(bt) for bt in bts]) for f in (
         lambda b: b.estimated_shift, lambda b: b.label_shift, lambda b: future_cells(b.truth)))
     cols = np.arange(future.shape[-1])
@@ -288,8 +258,7 @@ def _mae(err: np.ndarray, mask: np.ndarray) -> float | None:
 
 
 def _ranks(x: np.ndarray) -> np.ndarray:
-    """Ranks 1..n, ties sharing their mean rank (a value's rank: the rows up to and including its
-    ties, less half of the ties beyond the first)."""
+    """Ranks 1..n, ties sharing their mean rank."""
     _, which, ties = np.unique(x, return_inverse=True, return_counts=True)
     return (np.cumsum(ties) - (ties - 1) / 2.0)[which]
 
@@ -302,8 +271,7 @@ def spearman(a: np.ndarray, b: np.ndarray) -> float:
 
 
 def column_rho(est: np.ndarray, truth: np.ndarray) -> dict[int, float]:
-    """Spearman's rho between the estimated and true ranking of the cutoff models i < j in each
-    column j with at least three of them, averaged over seeds."""
+    """Spearman's rho of estimated vs true ranking of the cutoff models per column, mean over seeds."""
     out = {}
     K = truth.shape[-1]
     for j in range(3, K):

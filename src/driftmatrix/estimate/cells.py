@@ -14,11 +14,9 @@ from driftmatrix.learn.score import CONF_BINS, decode_correctness
 
 @dataclass(frozen=True)
 class CellStats:
-    """One cell's (or several pooled cells') statistics. ``correct``, ``confusion`` and ``right``
-    use the labels and are None in an unlabelled view. ``right``: each row's correctness in the
-    cell's row order (held-out cells of score format 3); pooled cells concatenate it in the order
-    they are added (:func:`pooled`: the window's slices in order), and it is None as soon as one of
-    them lacks it."""
+    """One cell's (or several pooled cells') statistics; ``correct``, ``confusion`` and ``right``
+    (each row's correctness, None once a pooled cell lacks it) use the labels and are None
+    unlabelled."""
 
     counts: np.ndarray  # (C, B) rows per (predicted class, confidence bin)
     pred: np.ndarray  # (C,) rows predicted as each class

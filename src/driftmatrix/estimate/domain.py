@@ -1,16 +1,10 @@
-"""Input-space domain classifier for ``IW-inputs``: per-slice input features, and importance
-weights of a unit's held-out rows towards a new period from a classifier between the two.
+"""Input-space domain classifier for ``IW-inputs``: per-slice input features, and importance weights
+of a unit's held-out rows towards a new period.
 
-The features do not depend on the model, so they are read once per dataset (:func:`read_slice_inputs`)
-and the weights of a (training window, period) pair are shared by every seed and model that
-has that window. Pixel datasets reduce each image to 8 x 8 mean-pooled grey levels plus the mean
-of each channel (:func:`image_features`); feature tables use their numeric columns, missing
-values at the column's median (:func:`table_features`). Text and other inputs have no features
-here (a document would need an encoder's embedding, model-dependent and not kept by the
-forward pass): ``IW-inputs`` is then absent, as it is for regression and multi-label tasks.
-
-Everything but the two ``read_*`` functions is pure.
-"""
+The features do not depend on the model, so they are read once per dataset and a (window, period)
+pair's weights are shared by every seed and model. Only pixel datasets and feature tables have
+features here; text would need a model-dependent embedding. All but the ``read_*`` functions are
+pure."""
 
 from __future__ import annotations
 
@@ -26,20 +20,15 @@ GRID = 8
 MAX_WEIGHT = 20.0
 #: Folds of the cross-fitting: a row's weight comes from a classifier fitted without it.
 FOLDS = 5
-#: Inverse L2 strength of the domain classifier (on standardised features), fixed a priori. On a
-#: second draw of the built-in data (synthetic.seed 1) a stronger penalty lowers IW-inputs' MAE
-#: (mean over the four models: C = 1: 8.1, 0.1: 6.1, 0.01: 4.6, 1e-5: 4.6 points), but only by
-#: flattening the weights towards uniform, i.e. towards the pooled held-out accuracy (C = 1e-5),
-#: and then a period far outside the held-out support no longer gets a low ESS. Kept at 0.1: the
-#: weights of a classifier that can see the shift, and a flag that says when they cannot help.
+#: Inverse L2 strength of the domain classifier, fixed a priori: a stronger penalty lowered MAE on a
+#: second draw of the built-in data only by flattening the weights towards uniform, and then a period
+#: far outside the held-out support no longer gets a low ESS.
 C_REG = 0.1
 
 
 @dataclass(frozen=True)
 class SliceInputs:
-    """Per slice (in slice order) the features of every row, in the row order of the slice's
-    future cells (all its rows), and which of them are its test split (the row order of its
-    held-out cells: the test rows in the same order)."""
+    """Per slice the features of every row (future cells' row order) and which are its test split."""
 
     x: Sequence[np.ndarray]
     test: Sequence[np.ndarray]
@@ -55,9 +44,7 @@ class SliceInputs:
 
 
 def image_features(images: np.ndarray, grid: int = GRID) -> np.ndarray:
-    """(N, grid * grid + 3) float: the grey image mean-pooled to ``grid`` x ``grid`` cells, then
-    the mean of each channel, all in 0..1, from the audit's block averages
-    (``audit.drift.downsample_images``: images (N, H, W, 3) uint8, cropped to multiples of grid)."""
+    """(N, grid * grid + 3) in 0..1: the grey image mean-pooled to ``grid`` x ``grid``, then channel means."""
     from driftmatrix.audit.drift import downsample_images
 
     out = np.empty((len(images), grid * grid + 3))
@@ -69,8 +56,7 @@ def image_features(images: np.ndarray, grid: int = GRID) -> np.ndarray:
 
 
 def table_features(values: np.ndarray) -> np.ndarray:
-    """A numeric feature table (N, F) with NaN for missing values: NaN at the column's median (0
-    for a column with no value)."""
+    """A numeric feature table (N, F), missing values at the column's median (0 for an empty column)."""
     x = np.asarray(values, dtype=np.float64).copy()
     if x.size == 0:
         return x
@@ -81,8 +67,7 @@ def table_features(values: np.ndarray) -> np.ndarray:
 
 
 def split_by_slice(features: np.ndarray, slice_ids: np.ndarray, split: np.ndarray, n_slices: int) -> SliceInputs:
-    """Every row's features grouped per slice, rows in ascending row order within a slice (the
-    order the evaluate stage scores a cell's rows in: ``np.flatnonzero`` of its mask)."""
+    """Every row's features per slice, in the row order the evaluate stage scores a cell's rows in."""
     xs, tests = [], []
     for c in range(n_slices):
         rows = np.flatnonzero(slice_ids == c)
@@ -92,32 +77,25 @@ def split_by_slice(features: np.ndarray, slice_ids: np.ndarray, split: np.ndarra
 
 
 def coverage(weights: np.ndarray) -> float:
-    """The share of the period's input distribution that the held-out rows' support covers, as
-    the mean density-ratio weight (E_source[p_t / p_s] = the target's mass on the source's
-    support), at most 1. A period outside the held-out support gets weights near 0 everywhere,
-    which Kish's ratio alone cannot see (it is scale-free)."""
+    """The share of the period's input distribution the held-out rows' support covers (mean weight,
+    at most 1): Kish's ratio alone is scale-free and cannot see a period outside that support."""
     return float(min(1.0, np.mean(weights))) if len(weights) else 0.0
 
 
 def ess(weights: np.ndarray) -> float:
-    """Effective sample size of density-ratio weights, in held-out rows: Kish's (sum w)^2 / sum w^2
-    times :func:`coverage` (0 for no weight): the rows that stand for the period."""
+    """Effective sample size of density-ratio weights in held-out rows: Kish's times :func:`coverage`."""
     w2 = float((weights ** 2).sum())
     return float(weights.sum()) ** 2 / w2 * coverage(weights) if w2 > 0 else 0.0
 
 
 def domain_weights(source_x: np.ndarray, target_x: np.ndarray, max_weight: float = MAX_WEIGHT,
                    folds: int = FOLDS, c_reg: float = C_REG, seed: int = 0) -> tuple[np.ndarray, float]:
-    """(weight of each source row, effective sample size) for reweighting the source rows (a
-    unit's held-out rows) to the target's input distribution (a period's rows; no labels).
+    """(weight of each source row, effective sample size) reweighting source rows to the target's
+    input distribution.
 
-    A logistic regression on standardised features tells target from source with balanced class
-    weights, so its odds p / (1 - p) estimate the density ratio p_target(x) / p_source(x) whatever
-    the two sizes; each source row's probability is cross-fitted (``folds``-fold, stratified,
-    shuffled with ``seed``, the period's rows sorted first so that their order does not matter),
-    so a row's weight comes from a classifier that did not see it. Weights are
-    clipped at ``max_weight`` and not normalised: their mean is :func:`coverage`, which enters
-    :func:`ess`. Fewer than two rows on either side: uniform weights."""
+    A balanced logistic regression's odds estimate the density ratio whatever the two sizes; each
+    row's probability is cross-fitted, so its weight comes from a classifier that did not see it.
+    Weights are clipped at ``max_weight`` and not normalised: their mean is :func:`coverage`."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold, cross_val_predict
     from sklearn.pipeline import make_pipeline
@@ -140,10 +118,7 @@ def domain_weights(source_x: np.ndarray, target_x: np.ndarray, max_weight: float
 
 
 class WeightCache:
-    """Domain weights of (held-out rows of a window, period) pairs of one dataset's inputs,
-    computed once and shared by every seed and model with that window. The key names the period
-    (a slice index, or "new" for a period outside the slices): a cache belongs to one set of
-    inputs and one new period."""
+    """Domain weights per (window's held-out rows, period), computed once for one set of inputs."""
 
     def __init__(self):
         self.done: dict[tuple[tuple[int, ...], object], tuple[np.ndarray, float]] = {}
@@ -157,8 +132,7 @@ class WeightCache:
 
 # --- reading (side effects) ---------------------------------------------------------------------
 def read_slice_inputs(slices_dir: str | Path) -> SliceInputs | None:
-    """The features of every slice of a slices folder: its images (``images.npy``) or its numeric
-    feature columns; None for text and other inputs."""
+    """Every slice's features from a slices folder (images or numeric columns); None for other inputs."""
     from driftmatrix.data.table import DatasetMeta, feature_column
     from driftmatrix.data.slicing import load_slices
 

@@ -1,28 +1,12 @@
 """Label-free estimators of a model's score on a period whose labels have not arrived (pure).
 
-Every function takes only what is known when the estimate is made: the drift matrix up to the
-model's cutoff, the model's statistics on its own held-out rows (labelled, the test splits of
-its training window) and its statistics on the new period without labels. Scores are in the
-metric's unit (accuracy in percent). Intervals are central 90% intervals for the score the
-period's labels will give (``Z``), or None where a method has none.
-
-- ``carry-forward``: the model's in-distribution score M[i, i]: the baseline to beat;
-- ``trend``: M[i, i] minus the mean decay at lag j - i seen in earlier rows of the matrix (any
-  metric);
-- ``AC``: average confidence (max softmax probability) on the new period;
-- ``DoC``: held-out accuracy plus the change in average confidence (Guillory et al. 2021);
-- ``ATC``: the share of new rows whose confidence clears a threshold fitted on the held-out rows
-  so that the same share of held-out rows clears it as were right (Garg et al. 2022);
-- ``IW``: held-out correctness reweighted by a domain classifier between the held-out rows and
-  the new period, on the model's own output space (predicted class x confidence group), with the
-  effective sample size of its weights;
-- ``IW-inputs``: held-out correctness reweighted row by row by a domain classifier between the
-  held-out rows' inputs and the new period's (``driftmatrix.estimate.domain``), with the
-  effective sample size of its weights (pixel and numeric-table inputs only);
-- ``BBSE``: the black-box shift estimate (Lipton et al. 2018) of the new period's label
-  distribution from the predicted-class counts and the held-out confusion matrix, and the
-  accuracy that distribution gives if only the labels moved.
-"""
+Each function sees only what is known when the estimate is made: the drift matrix up to the model's
+cutoff, the model's statistics on its own held-out rows and on the new period without labels. Scores
+are in the metric's unit; intervals are central 90% intervals, or None. Methods: carry-forward (M[i,
+i], the baseline to beat), trend (minus the mean decay seen at that lag), AC (average confidence),
+DoC (Guillory et al. 2021), ATC (Garg et al. 2022), IW (domain classifier on the model's outputs),
+IW-inputs (on the inputs, ``estimate.domain``) and BBSE (Lipton et al. 2018: the accuracy if only
+the labels moved)."""
 
 from __future__ import annotations
 
@@ -71,8 +55,7 @@ def carry_forward(m_ref: float) -> Estimate:
 
 
 def lag_decays(values: np.ndarray, lag: int, start: int = 0) -> np.ndarray:
-    """Every change M[r, r + start] - M[r, r + start + lag] in a (S, k, k) stack of known matrix
-    cells (``start`` 0: the decay from the diagonal)."""
+    """Every change M[r, r + start] - M[r, r + start + lag] in a (S, k, k) stack of known cells."""
     k = values.shape[-1]
     if lag < 1 or start < 0 or start + lag >= k:
         return np.zeros(0)
@@ -82,16 +65,11 @@ def lag_decays(values: np.ndarray, lag: int, start: int = 0) -> np.ndarray:
 
 
 def trend(known: np.ndarray, m_ref: float, lag: int, higher_is_better: bool = True, start: int = 0) -> Estimate:
-    """The reference score minus the mean decay over ``lag`` more periods seen in ``known``: the
-    (S, t+1, t+1) stack of the model's matrices up to the latest labelled period t, every seed.
-    ``start`` is the reference's own lag (t - i): 0 when the reference is M[i, i] (as at cutoff
-    i), more when it is a later labelled period M[i, t]; the decays are then those from lag
-    ``start`` to ``start + lag``.
+    """The reference score minus the mean decay over ``lag`` more periods seen in ``known`` (the (S,
+    t+1, t+1) matrices up to the latest labelled period t); ``start``: the reference's own lag.
 
-    A lag longer than any seen takes the decay of the longest lag seen (flat: a line through the
-    origin fitted to the early, fast-decaying rows overshot by tens of points on the default);
-    with no lag seen at all, the estimate is the reference's. The change is used as it is, so the
-    metric's direction (``higher_is_better``, kept for the callers' symmetry) does not enter."""
+    A lag longer than any seen takes the longest seen lag's decay: a line through the origin fitted
+    to the early, fast-decaying rows overshot by tens of points on the default."""
     d = lag_decays(known, lag, start)
     if len(d):
         est = Estimate(float(m_ref - d.mean()))
@@ -122,8 +100,7 @@ def difference_of_confidences(source: CellStats, target: CellStats) -> Estimate:
 
 
 def _above(counts: np.ndarray, t: float) -> float:
-    """Rows of a histogram over bins 0..B-1 at or above position ``t`` (bin units), with rows
-    spread evenly inside each bin."""
+    """Rows of a histogram over bins 0..B-1 at or above position ``t``, rows spread evenly inside a bin."""
     k = int(min(max(math.floor(t), 0), len(counts)))
     full = counts[k + 1:].sum() if k < len(counts) else 0.0
     part = counts[k] * (1.0 - (t - k)) if k < len(counts) else 0.0
@@ -131,9 +108,8 @@ def _above(counts: np.ndarray, t: float) -> float:
 
 
 def atc_threshold(source: CellStats) -> float:
-    """Confidence-bin position t where the share of held-out rows at or above t equals the
-    held-out accuracy (rows spread evenly inside each bin, so t is exact, not searched). Where a
-    range of t fits (every held-out row right: any t below the lowest confidence seen), the lowest."""
+    """Confidence-bin position t where the share of held-out rows at or above t equals the held-out
+    accuracy (exact, not searched; the lowest where a range fits)."""
     counts = source.counts.sum(axis=0)
     want = source.accuracy * counts.sum()
     tail = np.r_[np.cumsum(counts[::-1])[::-1], 0.0]  # tail[k] = rows in bins k.. (tail[B] = 0)
@@ -154,8 +130,7 @@ def average_thresholded_confidence(source: CellStats, target: CellStats) -> Esti
 
 
 def confidence_groups(counts: np.ndarray, per_group: int, max_groups: int = 10) -> np.ndarray:
-    """Bin -> group of one predicted class's held-out confidence histogram: contiguous runs of
-    bins with about ``per_group`` rows each (at most ``max_groups``; every bin has a group)."""
+    """Bin -> group of a class's held-out confidence histogram: runs of about ``per_group`` rows."""
     total = counts.sum()
     groups = int(max(1, min(max_groups, total // max(per_group, 1))))
     cum = np.cumsum(counts) / max(total, 1)
@@ -165,13 +140,10 @@ def confidence_groups(counts: np.ndarray, per_group: int, max_groups: int = 10) 
 
 def importance_weighted(source: CellStats, target: CellStats, per_group: int = 20,
                         min_ess: float = 30.0) -> Estimate:
-    """Held-out accuracy with each held-out row weighted by p_target(g) / p_source(g) of its
-    group g (predicted class x confidence group: a histogram domain classifier on the model's
-    outputs). Per-group accuracy is shrunk towards the held-out accuracy by one row, so an almost
-    empty group does not swing the estimate. ``flags``: the weights' effective sample size
-    (``ess``, in held-out rows), ``low_ess`` when it is under ``min_ess``, and the share of the
-    period's rows whose confidence lies outside the held-out range of their predicted class
-    (``outside_support``: no weight can reach them, and they are scored as the nearest group)."""
+    """Held-out accuracy with each row weighted by p_target(g) / p_source(g) of its group g
+    (predicted class x confidence group); per-group accuracy is shrunk towards the held-out
+    accuracy by one row, so an almost empty group does not swing the estimate. ``flags``:
+    ``ess``, ``low_ess`` and ``outside_support`` (rows no weight can reach)."""
     n_s, n_t = max(source.n, 1), max(target.n, 1)
     acc = source.accuracy
     est, var_est, var_tgt, w_sum, w2_sum, outside = 0.0, 0.0, 0.0, 0.0, 0.0, 0.0
@@ -203,16 +175,11 @@ def importance_weighted(source: CellStats, target: CellStats, per_group: int = 2
 
 def importance_weighted_inputs(right: np.ndarray, weights: np.ndarray, n_target: int,
                                min_ess: float = 30.0) -> Estimate:
-    """Held-out correctness weighted row by row: sum w * right / sum w (``right``: each held-out
-    row's correctness, ``weights``: its importance weight towards the new period from an
-    input-space domain classifier, ``driftmatrix.estimate.domain.domain_weights``).
+    """Held-out correctness weighted row by row by input-space importance ``weights``
+    (``domain.domain_weights``).
 
-    Interval: the weighted mean's variance is taken as p (1 - p) / ESS, with p moved by one
-    pseudo-row, (p ESS + 1) / (ESS + 2), so that a unit right on every held-out row still gets an
-    interval; the period's own binomial noise on its ``n_target`` rows is added. It ignores the
-    error of the weights themselves. ``flags``: ``ess`` (``domain.ess``: Kish's effective sample
-    size times the share of the period the held-out rows cover, in held-out rows), ``coverage``
-    (that share, ``domain.coverage``) and ``low_ess`` when ESS is under ``min_ess``."""
+    The variance is p (1 - p) / ESS with p moved by one pseudo-row, so a unit right on every
+    held-out row still gets an interval; it ignores the error of the weights themselves."""
     from driftmatrix.estimate.domain import coverage, ess
 
     r, w = np.asarray(right, dtype=float), np.asarray(weights, dtype=float)
@@ -228,11 +195,8 @@ def importance_weighted_inputs(right: np.ndarray, weights: np.ndarray, n_target:
 
 
 def label_shift(source: CellStats, target: CellStats) -> tuple[np.ndarray, np.ndarray]:
-    """Black-box shift estimate: (source label distribution, estimated target label distribution).
-
-    Under pure label shift the predicted-class distribution of the period is C^T q / p, with C
-    the held-out joint of (true, predicted) and p its label marginal; solve for the weights
-    w = q / p (least squares), clip them at 0 and renormalise."""
+    """Black-box shift estimate: (source label distribution, estimated target label distribution),
+    solving C^T w = predicted-class distribution for w = q / p by least squares, clipped at 0."""
     joint = source.confusion / max(source.confusion.sum(), 1)
     p = joint.sum(axis=1)
     mu = target.pred / max(target.n, 1)
@@ -252,9 +216,7 @@ SHIFT_ALPHA = 0.01
 
 def predictions_moved(source: CellStats, target: CellStats) -> float:
     """p-value of a chi-square test that the period's predicted classes are distributed as the
-    held-out rows' (black-box shift detection): a small sample moves its label estimate by chance,
-    and only a move this test cannot explain by chance is called a label shift. Two classes (one
-    degree of freedom): the chi-square tail is erfc(sqrt(stat / 2)), without importing scipy."""
+    held-out rows': only a move this test cannot explain by chance is called a label shift."""
     table = np.vstack([source.pred, target.pred]).astype(float)
     table = table[:, table.sum(axis=0) > 0]
     if table.shape[1] < 2 or (table.sum(axis=1) == 0).any():
@@ -269,11 +231,9 @@ def predictions_moved(source: CellStats, target: CellStats) -> float:
 
 
 def bbse(source: CellStats, target: CellStats, threshold: float = 0.1) -> Estimate:
-    """The accuracy the period has if only its labels moved: sum over classes of the estimated
-    label share times the held-out recall of that class. ``flags``: the estimated label shift
-    (``label_shift_tv``, total variation distance from the held-out label distribution), the
-    p-value of :func:`predictions_moved`, and ``label_shift`` when the shift is both larger than
-    ``threshold`` and significant at :data:`SHIFT_ALPHA`."""
+    """The accuracy the period has if only its labels moved: estimated label shares times the
+    held-out recall of each class; ``flags`` name a shift larger than ``threshold`` and
+    significant at :data:`SHIFT_ALPHA`."""
     p, q = label_shift(source, target)
     rows = source.confusion.sum(axis=1)
     recall = np.where(rows > 0, np.diag(source.confusion) / np.maximum(rows, 1), source.accuracy)
@@ -284,11 +244,9 @@ def bbse(source: CellStats, target: CellStats, threshold: float = 0.1) -> Estima
 
 
 def class_balance_cap(source: CellStats, target: CellStats, slack: float = CAP_SLACK) -> float:
-    """The most accuracy the period's predicted classes allow if its labels are distributed as
-    the held-out rows' (in percent): sum over classes of min(predicted share, label share + slack
-    standard errors of that share on the period's n rows). A model that puts 90% of a balanced
-    period into one class is right on at most about 60% of it, however confident it is. Assumes
-    no label shift (the held-out label shares); the slack covers the period's own sampling."""
+    """The most accuracy the period's predicted classes allow if its labels are distributed as the
+    held-out rows' (in percent), with ``slack`` standard errors for the period's own sampling: a
+    model that puts 90% of a balanced period into one class is right on at most about 60% of it."""
     q = source.label_counts / max(source.n, 1)
     pi = target.pred / max(target.n, 1)
     room = q + slack * np.sqrt(q * (1 - q) / max(target.n, 1))
@@ -300,13 +258,9 @@ def estimate_all(m_ref: float, known: np.ndarray, lag: int, source: CellStats | 
                  methods=METHODS, value_range: tuple[float, float] | None = None,
                  shift_threshold: float = 0.1, cap_slack: float = CAP_SLACK, start: int = 0,
                  weights: np.ndarray | None = None) -> dict[str, Estimate]:
-    """Every method that applies: the matrix methods always, the confidence methods where the
-    reference rows (labelled: the held-out rows, or a later labelled period's) and the period's
-    rows (labels withheld) have statistics, and ``IW-inputs`` where ``weights`` (one per held-out
-    row, in ``source.right``'s order) are given and the held-out rows have their correctness.
-    ``m_ref``: the reference's score (M[i, i], or M[i, t] with ``start`` = t - i); ``lag``:
-    periods from the reference to the estimated one.
-    ``value_range``: the metric's range (accuracy: 0..100), where trend's estimate is clipped."""
+    """Every method that applies: the matrix methods always, the confidence methods where ``source``
+    and ``target`` have statistics, ``IW-inputs`` where ``weights`` are given. ``m_ref``: the
+    reference's score; ``lag``: periods from the reference to the estimated one."""
     if target is not None and target.labelled:
         raise ValueError("the new period's statistics must come without labels (CellStats.unlabelled)")
     out = {}

@@ -1,11 +1,5 @@
-"""Pixel-space forward passes for checkpoints that do not read pixels themselves.
-
-A frozen-encoder model is a linear head trained on cached pooled features; its saliency needs the
-whole path pixels -> frozen backbone -> head. :func:`encoder_prepare` builds the differentiable
-``prepare`` for :func:`driftmatrix.explain.saliency.saliency_maps` from a loaded
-``features.encoders.VisionEncoder`` (its backbone, input size and normalisation), so the gradient
-flows through the frozen backbone into the portrait.
-"""
+"""Pixel-space forward passes for checkpoints that do not read pixels themselves: a frozen-encoder
+head's saliency needs the whole path pixels -> frozen backbone -> head."""
 
 from __future__ import annotations
 
@@ -16,11 +10,8 @@ import torch.nn.functional as F
 
 
 def encoder_prepare(encoder: Any, size: int | None = None):
-    """``[-1, 1]`` pixels (B, 3, h, w) -> ``(pooled features,)`` through a frozen vision encoder.
-
-    Mirrors the encoder's caching path (scale to [0, 1], bilinear resize, mean/std normalisation)
-    but without ``inference_mode``, so it can be differentiated.
-    """
+    """``[-1, 1]`` pixels (B, 3, h, w) -> ``(pooled features,)`` through a frozen vision encoder, as
+    its caching path does but without ``inference_mode``, so it can be differentiated."""
     from driftmatrix.features.encoders import IMAGE_SIZE
 
     size = size or IMAGE_SIZE

@@ -1,18 +1,9 @@
-"""How localised a saliency map is: pure numpy functions of non-negative maps.
+"""How localised a saliency map is: pure numpy functions of non-negative maps (``(H, W)`` or a stack
+``(..., H, W)``): ``top_share`` of the top ``fraction`` of pixels, ``normalised_entropy`` (1
+uniform, 0 one pixel) and ``region_share``.
 
-- ``top_share``: share of the total attribution held by the top ``fraction`` (default 5%) of
-  pixels. A uniform map gives ``fraction``; a map on fewer pixels than that gives 1.
-- ``normalised_entropy``: Shannon entropy of the map read as a distribution over pixels, divided
-  by ``log(n_pixels)``. 1 = uniform, 0 = all mass on one pixel.
-- ``region_share``: share of the attribution inside a region (e.g. where a known cue lives).
-
-All accept a single ``(H, W)`` map or a stack ``(..., H, W)`` and reduce the last two axes.
-
-``pool`` sums a map over ``block x block`` cells first. Scores of raw pixels (block 1) reward
-speckle: an MLP's map is a fixed per-pixel weight pattern whose few isolated bright pixels hold
-a large share without being localised anywhere. Scored over 2 x 2 cells, a compact region of
-attribution still scores high while isolated pixels no longer do.
-"""
+``pool`` sums a map over ``block x block`` cells first: raw pixels reward speckle (an MLP's few
+isolated bright pixels hold a large share without being localised), 2 x 2 cells no longer do."""
 
 from __future__ import annotations
 

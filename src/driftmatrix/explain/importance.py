@@ -1,15 +1,9 @@
 """Permutation importance of tabular models per cutoff: which features a model leans on, and how
 that changes as the world drifts (``driftmatrix importance``).
 
-For every tabular model (``inputs == "table"``) of ``params.yaml`` and every cutoff i, the unit of
-the first seed is scored on its **own held-out rows**: the test splits of the slices in its
-training window (rows it never trained on, from the periods it knew). Each feature column is then
-shuffled among those rows (``repeats`` seeded permutations) and the score drop is its importance,
-in the cell metric's points (positive = the model needs the feature; for a lower-is-better
-metric the sign is turned so that this still holds). Writes ``<out>/<model>.json`` (``features``,
-``cutoffs``, ``values`` F x K, ``std``, ``baseline``), ``<out>/<model>.png`` (features x cutoffs
-heatmap) and ``<out>/report.html`` with every model's heatmap.
-"""
+The first seed's unit of each cutoff is scored on its own held-out rows (rows it never trained on,
+from the periods it knew) with each feature shuffled ``repeats`` times; the score drop, signed so
+positive means the model needs the feature, is its importance in the metric's points."""
 
 from __future__ import annotations
 
@@ -43,8 +37,7 @@ def score(model, num, cat, targets, task: str, metric) -> float:
 def permutation_importance(model, num: np.ndarray, cat: np.ndarray, targets: np.ndarray, task: str,
                            metric, repeats: int = REPEATS,
                            seed: int = 0) -> tuple[float, np.ndarray, np.ndarray]:
-    """(baseline score, mean drop per feature, std of the drops): numeric features first, then
-    categorical, as the columns of ``num`` and ``cat``."""
+    """(baseline score, mean drop per feature, std of the drops), numeric features first."""
     base = score(model, num, cat, targets, task, metric)
     n_num = num.shape[1]
     drops = np.zeros((n_num + cat.shape[1], repeats))

@@ -1,17 +1,9 @@
 """Gradient saliency (paper section 5.1.1, Figure 3) as pure tensor functions.
 
-For an image ``x`` (float, ``(3, H, W)``, the pixel space the project feeds models: uint8 scaled
-to [-1, 1]) and a model ``f``, the map is ``max_c |d f_k(x) / d x_c|`` with ``k`` the predicted
-output (argmax of the logits; the single output of a regression head), min-max normalised per
-image to [0, 1]. Averaging those maps over the images of one evaluation year gives the panels of
-Figure 3.
-
-Any ``nn.Module`` works, frozen backbones included: the gradient is taken with respect to the
-input only (``torch.autograd.grad``), so parameters need no gradient and none is accumulated.
-``prepare`` maps the pixel tensor to the model's forward arguments (identity for the models
-trained on pixels; e.g. resize to 224 and re-normalise for a pretrained encoder), and it is
-differentiated through.
-"""
+The map of an image is ``max_c |d f_k(x) / d x_c|`` for the predicted output ``k``, min-max
+normalised to [0, 1]. The gradient is taken with respect to the input only, so frozen backbones work
+and no parameter gradient accumulates; ``prepare`` (pixels -> forward arguments) is differentiated
+through."""
 
 from __future__ import annotations
 
@@ -45,11 +37,7 @@ def minmax_per_image(maps: torch.Tensor) -> torch.Tensor:
 
 
 def saliency_maps(model: torch.nn.Module, pixels: torch.Tensor, prepare: Prepare | None = None) -> torch.Tensor:
-    """Per-image saliency ``(B, H, W)`` in [0, 1] of a batch of pixel images ``(B, C, H, W)``.
-
-    The model is used as it is (call ``model.eval()`` first for BatchNorm / dropout); each
-    image's map depends on that image only, so batch size does not change the result.
-    """
+    """Per-image saliency ``(B, H, W)`` in [0, 1] of pixel images; each map depends on its image only."""
     prepare = prepare or _identity
     x = pixels.detach().clone().requires_grad_(True)
     with torch.enable_grad():
@@ -63,11 +51,7 @@ def saliency_maps(model: torch.nn.Module, pixels: torch.Tensor, prepare: Prepare
 
 def mean_saliency(model: torch.nn.Module, batches: Iterable[torch.Tensor], prepare: Prepare | None = None,
                   per_image: Mapping[str, Callable[[torch.Tensor], torch.Tensor]] | None = None) -> SaliencySummary:
-    """Mean map and mean pixel image over all images of ``batches``.
-
-    ``per_image`` maps a name to a function of a ``(B, H, W)`` stack of maps returning one number
-    per image; the summary holds the mean of each over all images.
-    """
+    """Mean map, mean pixel image and mean of each ``per_image`` score over all images of ``batches``."""
     per_image = dict(per_image or {})
     total_map, total_img, n = None, None, 0
     totals = {name: 0.0 for name in per_image}

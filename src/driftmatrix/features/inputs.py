@@ -25,15 +25,10 @@ class Inputs(Protocol):
 
 
 class PixelInputs:
-    """uint8 images (N, H, W, 3) -> float batches (B, 3, H, W) in [-1, 1].
-
-    Batches are channels-last in memory (faster convolutions on CPU) unless ``channels_last`` is
-    off: a model that flattens its input (MLP) would pay a copy per batch for nothing. Where the
-    normalised floats of every image fit in ``FLOAT_BUDGET`` bytes they are made once, at the
-    first batch, and batches are gathered from them (a small model otherwise spends a fifth of
-    each step converting its batch, every epoch); larger inputs are normalised batch by batch.
-    Either way a batch holds the same numbers.
-    """
+    """uint8 images (N, H, W, 3) -> float batches (B, 3, H, W) in [-1, 1], channels-last unless
+    ``channels_last`` is off (an MLP would pay a copy per batch). Where every image's floats fit
+    in ``FLOAT_BUDGET`` they are normalised once, as a small model otherwise spends a fifth of
+    each step converting; either way a batch holds the same numbers."""
 
     channels_last = True
     FLOAT_BUDGET = 1 << 30
@@ -88,12 +83,7 @@ def normalise(pixels: torch.Tensor) -> torch.Tensor:
 
 def load_inputs(inputs: str, slices_dir: str | Path, features_dir: str | Path = "outputs/features",
                 encoder: str | None = None, embed=None) -> Inputs:
-    """Inputs of kind ``pixels``, ``token_states``, ``pooled``, ``table`` (the features of a feature
-    table, ``features.table``) or ``none`` for every row of the slices.
-
-    ``embed`` is the ``params.yaml: embed`` section (max length, encoder overrides) that names
-    the feature cache of the non-pixel kinds.
-    """
+    """Inputs of kind ``pixels``, ``token_states``, ``pooled``, ``table`` or ``none`` for every row."""
     from driftmatrix.data.slicing import load_slices
 
     if inputs == "none":

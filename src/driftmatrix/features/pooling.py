@@ -6,11 +6,8 @@ import torch
 
 
 def masked_mean(states: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of ``states`` (B, L, D) over the positions where ``mask`` (B, L) is true.
-
-    Padded positions are multiplied out, so whatever they hold never reaches the result; a row
-    without any valid position pools to zeros.
-    """
+    """Mean of ``states`` (B, L, D) over the positions where ``mask`` (B, L) is true; padding is
+    multiplied out, and a row without a valid position pools to zeros."""
     keep = mask.unsqueeze(-1)
     total = torch.where(keep, states, torch.zeros((), dtype=states.dtype, device=states.device)).sum(dim=1)
     return total / keep.sum(dim=1).clamp_min(1).to(states.dtype)

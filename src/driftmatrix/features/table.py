@@ -1,13 +1,8 @@
-"""Feature tables as tensors: numeric values and category hashes, fetched by row index.
+"""Feature tables as tensors: numeric values (NaN missing) and category hashes (0 missing).
 
-A tabular model reads two tensors per batch: ``num`` (float32, B x numeric features, NaN where a
-value is missing) and ``cat`` (int64, B x categorical features), each category given by
-:func:`category_hash` of its text and 0 where it is missing. A hash names a category the same way
-in every dataset, period and process, so a model fitted on one window maps the categories of any
-other period itself (``models.tabular``): a category it never saw is recognised as such, however
-the rows of later periods come and go. Nothing here imports ``driftmatrix.data`` (this module is
-on the training path of the tabular models; see ``driftmatrix.units.code``).
-"""
+:func:`category_hash` names a category the same way in every dataset, period and process, so a model
+fitted on one window recognises a category it never saw in any later period. Nothing here imports
+``driftmatrix.data``: this module is on the tabular models' training path (code keys)."""
 
 from __future__ import annotations
 
@@ -26,8 +21,7 @@ def category_hash(text: str) -> int:
 
 
 def hash_column(values: Iterable[Any]) -> np.ndarray:
-    """int64 hashes of a column of categories (None / NaN / "" -> :data:`MISSING`); each distinct
-    value is hashed once."""
+    """int64 hashes of a column of categories (missing: :data:`MISSING`), each value hashed once."""
     import pandas as pd
 
     series = pd.Series(list(values) if not hasattr(values, "__len__") else values, dtype=object)
@@ -38,8 +32,7 @@ def hash_column(values: Iterable[Any]) -> np.ndarray:
 
 
 class TableInputs:
-    """Numeric values (N x n_num float32) and category hashes (N x n_cat int64) of every row;
-    ``batch(idx)`` -> ``(num[idx], cat[idx])``. ``info`` names the features."""
+    """Numeric values (N x n_num float32) and category hashes (N x n_cat int64); ``batch(idx)`` -> both."""
 
     def __init__(self, num: np.ndarray, cat: np.ndarray, numeric: Sequence[str], categorical: Sequence[str]):
         import torch

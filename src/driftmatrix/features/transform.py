@@ -1,8 +1,6 @@
-"""One transform per input kind, from a raw record to the model's input, and the forward pass as
-the evaluate stage runs it: what the registered pyfunc model (``tracking.pyfunc``), ``estimate
---data`` and the parity tests use. Images are read as ingestion reads them (``yearbook.decode``:
-OpenCV INTER_AREA), texts as the embed stage encodes them, feature rows value by value through the
-table reader's own parsers; a record that cannot be read is a ``DataError`` naming row and field."""
+"""One transform per input kind, from a raw record to the model's input, and the forward pass as the
+evaluate stage runs it: shared by the pyfunc model, ``estimate --data`` and the parity tests, so
+what is served is what was scored. A record that cannot be read is a ``DataError`` naming it."""
 
 from __future__ import annotations
 
@@ -21,14 +19,12 @@ log = logging.getLogger(__name__)
 
 
 def channels_last(config: Mapping[str, Any]) -> bool:
-    """Whether the evaluate stage scores this model channels-last (``training.Experiment``):
-    pixel models but the flattening MLPs."""
+    """Whether the evaluate stage scores this model channels-last: pixel models but the flattening MLPs."""
     return config.get("inputs") == "pixels" and config.get("family") != "MLP"
 
 
 def load_network(folder: str | Path, config: Mapping[str, Any], device="cpu"):
-    """A unit's network from its folder (``checkpoints.load_model_folder``: no pickle, a tabular
-    unit trusted as this project decides), in the memory layout the evaluate stage scores it in."""
+    """A unit's network from its folder (no pickle), in the memory layout the evaluate stage uses."""
     import torch
 
     from driftmatrix.models.catalog import load_model_folder
@@ -53,9 +49,7 @@ def embed_of(config: Mapping[str, Any]):
 
 
 def model_inputs(config: Mapping[str, Any], model_input, encoder=None, device="cpu"):
-    """The network's inputs (``features.inputs`` objects) for raw records, each kind read as the
-    pipeline reads it: feature rows by :func:`as_frame`, texts by :func:`as_texts` then the embed
-    stage's encoder code (:func:`encoded`), images by :func:`as_images` (files by :func:`read_images`)."""
+    """The network's inputs for raw records, each kind read as the pipeline reads it."""
     from driftmatrix.features.inputs import PixelInputs, RowCountInputs
 
     kind, modality = config.get("inputs"), config.get("modality")
@@ -94,8 +88,7 @@ def encoded(config: Mapping[str, Any], items, encoder, device="cpu"):
 
 
 def forward(network, inputs, config: Mapping[str, Any], batch_size: int | None = None) -> np.ndarray:
-    """The network's outputs on ``inputs`` as the evaluate stage computes them (``training.predict``
-    in the precision and batch size it scored with)."""
+    """The network's outputs on ``inputs`` exactly as the evaluate stage computes them."""
     from driftmatrix.learn.fit import predict
 
     if len(inputs) == 0:
@@ -105,8 +98,7 @@ def forward(network, inputs, config: Mapping[str, Any], batch_size: int | None =
 
 
 def outputs_to_scores(logits: np.ndarray, task: str) -> np.ndarray:
-    """Network outputs -> what a user reads: softmax probabilities (binary, multiclass), sigmoid
-    probabilities per category (multilabel), the value itself (regression); float64."""
+    """Network outputs -> what a user reads (probabilities, or the regression value), float64."""
     x = np.asarray(logits, dtype=np.float64)
     if task in ("binary", "multiclass"):
         e = np.exp(x - x.max(axis=1, keepdims=True))
@@ -153,9 +145,8 @@ def as_images(model_input, shape: Sequence[int] | None = None) -> np.ndarray:
 
 
 def read_images(paths: Iterable[str | os.PathLike], shape: Sequence[int]) -> np.ndarray:
-    """Image files -> uint8 (N, H, W, 3) as ingestion reads them (``data.sources.yearbook.decode``:
-    any mode to RGB, resized to the model's square ``shape`` with OpenCV's INTER_AREA): what an
-    image model's ``predict`` takes. A file ingestion would drop is an error naming it."""
+    """Image files -> uint8 (N, H, W, 3) as ingestion reads them (OpenCV INTER_AREA to the model's
+    ``shape``); a file ingestion would drop is an error naming it."""
     from driftmatrix.data.jsonl import Drop
     from driftmatrix.data.sources.yearbook import decode
 
@@ -171,8 +162,7 @@ def read_images(paths: Iterable[str | os.PathLike], shape: Sequence[int]) -> np.
 
 
 def as_texts(model_input) -> list[str]:
-    """Documents from a list, array, Series, one-column frame (or a ``text`` column), or a str, as
-    ingestion reads a text field: surrounding whitespace stripped; None or NaN is empty text."""
+    """Documents from a list, array, Series, frame or str, as ingestion reads a text field (None: '')."""
     data = model_input
     if isinstance(data, str):
         return [data.strip()]
@@ -191,11 +181,8 @@ def as_texts(model_input) -> list[str]:
 def as_frame(model_input, numeric: Sequence[str], categorical: Sequence[str],
              na_values: Sequence[str] | None = None) -> pd.DataFrame:
     """Feature rows (a DataFrame, a dict of columns or a list of row dicts) as ingestion keeps them,
-    value by value through ``data.sources.tabular``'s ``parse_number`` and ``parse_category``:
-    numbers float64 (integers and booleans welcome, NaN missing), categories canonical text of any
-    dtype (1, 1.0, "1" and True are "1"; spaces stripped; None missing). A feature column the
-    input lacks, or a value ingestion would drop, is an error naming it; other columns are ignored.
-    ``na_values``: the dataset's missing-value markers (default: the reader's)."""
+    value by value through the table reader's ``parse_number`` and ``parse_category``; a missing
+    feature column or a value ingestion would drop is an error naming it."""
     from driftmatrix.data.sources.tabular import NA_VALUES, parse_category, parse_number
 
     na = frozenset(NA_VALUES if na_values is None else na_values)
@@ -236,8 +223,7 @@ def _parsed(column: pd.Series, parse, name: str, na: frozenset) -> list:
 
 # --- packaging ------------------------------------------------------------------------------------
 def output_columns(meta) -> list[str]:
-    """One column per output: class names (binary, multiclass), categories (multilabel) or
-    ``prediction`` (regression)."""
+    """One column per output: class names, categories (multilabel) or ``prediction`` (regression)."""
     n = meta.num_outputs
     if meta.task == "regression":
         return ["prediction"]

@@ -16,18 +16,15 @@ def cutoff_train_rows(slice_ids: np.ndarray, split: np.ndarray, cutoff: int) -> 
 
 
 def window_train_rows(slice_ids: np.ndarray, split: np.ndarray, window: Sequence[int]) -> np.ndarray:
-    """Row indices a unit trains on: the train splits of the slices in its window (cumulative:
-    slices 0..i, the paper's D_<=i)."""
+    """Row indices a unit trains on: the train splits of its window's slices (the paper's D_<=i)."""
     return np.flatnonzero(np.isin(slice_ids, np.asarray(window)) & (split == "train"))
 
 
 def fit(model, inputs, targets, train_idx: np.ndarray, cfg: TrainConfig,
         loss_fn: Callable, seed: int, device, on_epoch: Callable[[int, float], None] | None = None) -> list[float]:
-    """Train ``model`` in place for ``cfg.epochs`` epochs; returns the mean loss of each epoch.
-
-    Shuffling uses its own generator seeded by the model seed, so the same seed gives the same
-    model on CPU. A trailing batch of one row is skipped (BatchNorm cannot train on it).
-    """
+    """Train ``model`` in place for ``cfg.epochs`` epochs; returns each epoch's mean loss. Shuffling
+    uses its own generator seeded by the model seed; a trailing batch of one row is skipped
+    (BatchNorm)."""
     import torch
 
     from driftmatrix.learn.optim import make_optimizer
@@ -77,11 +74,8 @@ def autocast(device, precision: str):
 
 
 def input_batches(inputs, batch_size: int, rows: np.ndarray | None = None):
-    """The model inputs of ``rows`` of ``inputs`` (default: every row), ``batch_size`` rows at a time.
-
-    Batches never mix rows across calls, so a slice predicted alone gives the same outputs as
-    the same slice predicted with others when the caller predicts slice by slice.
-    """
+    """The model inputs of ``rows`` of ``inputs``, ``batch_size`` rows at a time; batches never mix
+    rows across calls, so a slice predicted alone gives the same outputs as with others."""
     import torch
 
     rows = torch.arange(len(inputs)) if rows is None else torch.as_tensor(rows, dtype=torch.long)
@@ -90,8 +84,7 @@ def input_batches(inputs, batch_size: int, rows: np.ndarray | None = None):
 
 def predict(model, inputs, batch_size: int = 1024, precision: str = "fp32",
             rows: np.ndarray | None = None, batches=None) -> np.ndarray:
-    """Outputs of ``model`` for ``rows`` of ``inputs`` in batches (:func:`input_batches`), or for
-    ``batches`` already made by it."""
+    """Outputs of ``model`` for ``rows`` of ``inputs`` in batches, or for ``batches`` already made."""
     import torch
 
     model.eval()

@@ -1,11 +1,7 @@
 """Adam and AdamW steps, numerically identical to ``torch.optim.Adam`` / ``AdamW`` (default
-settings, CPU single-tensor path), without ``torch.optim``.
-
-Why not ``torch.optim``: its first use imports ``torch._dynamo`` (about 1.6 s a process here),
-and its per-step machinery (hooks, profiler ranges, dynamo guards) costs more than the update of
-a small model. A drift-matrix study trains thousands of small units, mostly in short processes;
-``tests/learn/test_optim.py`` checks the weights against ``torch.optim`` bit for bit.
-"""
+settings, CPU single-tensor path), without ``torch.optim``: its first use imports
+``torch._dynamo`` (about 1.6 s a process) and its per-step machinery costs more than a small
+model's update (tests/learn/test_optim.py checks the weights bit for bit)."""
 
 from __future__ import annotations
 
@@ -31,9 +27,9 @@ class Adam:
             p.grad = None
 
     def step(self) -> None:
-        """One update of every parameter with a gradient, as multi-tensor (``_foreach``) ops:
-        seven dispatches a step instead of five per parameter. On CPU each runs the per-tensor
-        kernel of torch.optim's single-tensor path, so the weights are the same bit for bit."""
+        """One update of every parameter with a gradient, as ``_foreach`` ops (seven dispatches a
+        step); each runs torch.optim's single-tensor kernel, so the weights are the same bit for
+        bit."""
         import torch
 
         self.steps += 1

@@ -1,10 +1,7 @@
 """Numeric precision of training and inference: ``auto`` takes bf16 only where it is fast.
 
-bf16 autocast pays off only on hardware with bf16 matrix units: CPUs with AMX-BF16 or
-AVX512-BF16, GPUs whose ``torch.cuda.is_bf16_supported()`` is true. Elsewhere PyTorch emulates
-bf16 through fp32 and conversions, which is slower than plain fp32, so a request for bf16 on such
-hardware falls back to fp32 with a warning instead of silently running slower.
-"""
+Without bf16 matrix units (AMX-BF16, AVX512-BF16, a CUDA bf16 GPU) PyTorch emulates bf16 more slowly
+than fp32, so bf16 there falls back to fp32 with a warning."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ def device_type(device) -> str:
 
 
 def cpuinfo_flags(path: Path | None = None) -> frozenset[str] | None:
-    """The CPU feature flags of the first processor in ``path`` (default /proc/cpuinfo), or None
-    where it is unreadable (not Linux)."""
+    """The CPU feature flags of the first processor in ``path``, or None where it is unreadable."""
     try:
         text = (path or CPUINFO).read_text(errors="replace")
     except OSError:
@@ -88,8 +84,7 @@ def resolve_device(name: str = "auto"):
 
 
 def resolve_precision(requested: str, device) -> str:
-    """``fp32`` or ``bf16`` for ``device``: ``auto`` -> bf16 where the hardware has bf16 matrix
-    units else fp32; ``bf16`` without such units -> fp32 with a warning; ``fp32`` -> fp32."""
+    """``fp32`` or ``bf16`` for ``device``: bf16 only where the hardware has bf16 matrix units."""
     if requested not in PRECISIONS:
         raise ValueError(f"params.yaml: train.precision must be one of {', '.join(PRECISIONS)}, "
                          f"got {requested!r}")

@@ -18,9 +18,8 @@ def eval_mask(slice_ids: np.ndarray, split: np.ndarray, cutoff: int, j: int) -> 
 def score_cell(outputs: np.ndarray, targets: np.ndarray, task: str,
                categories: tuple[str, ...] = (), per_row: bool = False, metric: str = "accuracy") -> dict[str, Any]:
     """One cell from the outputs on its evaluation rows (pure): value (None if empty), n, left out,
-    and (classification) the fixed-size forward-pass statistics of :func:`forward_stats`, with
-    ``per_row`` also each row's correctness (:func:`row_correctness`: the held-out cells j <= i,
-    which input-space importance weighting reweights row by row); ``metric``: ``tasks.cell_score``'s."""
+    and (classification) :func:`forward_stats`, with ``per_row`` also :func:`row_correctness`
+    (held-out cells, which input-space importance weighting reweights row by row)."""
     from driftmatrix.learn.tasks import cell_score
 
     value, left = cell_score(task, outputs, targets, categories, metric)
@@ -32,9 +31,7 @@ def score_cell(outputs: np.ndarray, targets: np.ndarray, task: str,
 
 
 def row_correctness(outputs: np.ndarray, targets: np.ndarray) -> dict[str, Any]:
-    """Whether each row's predicted class is its label, in the cell's row order (classification):
-    ``right_bits``, base64 of ``np.packbits``, and ``right_n``, the row count (1 bit a row: 8
-    bytes for 60 rows, 12.5 KB for 100,000)."""
+    """Each row's correctness as ``right_bits`` (base64 ``np.packbits``, 1 bit a row) and ``right_n``."""
     import base64
 
     right = np.asarray(outputs).argmax(axis=1) == np.asarray(targets, dtype=np.int64)
@@ -66,16 +63,10 @@ def confidence_bin(conf: np.ndarray) -> np.ndarray:
 
 def forward_stats(outputs: np.ndarray, targets: np.ndarray | None, task: str) -> dict[str, Any] | None:
     """What label-free estimators need from one cell's forward pass, in a size that does not grow
-    with its rows (classification only; None otherwise). Fields that use the labels are
-    ``confusion`` and the ``correct`` column of ``hist``; ``driftmatrix.estimate`` reads a future
-    cell without them. ``targets`` None (rows without labels): ``hist`` rows are ``[class, bin, n]``
-    and there is no ``confusion``.
-
-    - ``hist``: sparse histogram over (predicted class, confidence bin): ``[class, bin, n, correct]``;
-    - ``pred``: rows predicted as each class; ``confusion``: true x predicted counts;
-    - ``conf_sum`` = sum of max probabilities, ``conf_var`` = sum of p (1 - p) over them,
-      ``prob_sum``: sum of each class's probability.
-    """
+    with its rows (classification only; None otherwise): ``hist`` over (predicted class,
+    confidence bin) with a ``correct`` column, ``pred``, ``confusion``, ``conf_sum``,
+    ``conf_var`` and ``prob_sum``. Only ``confusion`` and ``correct`` use labels; ``targets``
+    None leaves them out."""
     if task not in ("binary", "multiclass") or len(outputs) == 0:
         return None
     logits = np.asarray(outputs, dtype=np.float64)
@@ -113,10 +104,8 @@ def row_summary(values: list[float | None], cutoff: int) -> dict[str, float]:
 
 class EvalBatches:
     """Each evaluation set's input batches, made once per process and reused by every checkpoint
-    that scores the set: the row gather (and, for pixels that did not fit ``PixelInputs``' float
-    budget, the normalisation) and the channels-last copy happen once per set, not once per
-    checkpoint. Up to ``budget`` bytes are kept; past it, batches are made per call. The batches
-    are the same tensors either way, so scores are unchanged."""
+    that scores it, up to ``budget`` bytes; the tensors are the same either way, so scores are
+    unchanged."""
 
     BUDGET = 512 << 20
 

@@ -1,10 +1,8 @@
 """Task-specific targets, losses and cell metrics (protocol section 4).
 
-Loss weights are computed from the training targets of the cutoff being trained (never from
-later slices). Metrics are reported in the paper's units: accuracy and macro AUC in percent,
-balanced MSE raw (lower is better). Binary and multiclass tasks may choose their metric
-(``evaluation.metric``: :data:`CLASSIFICATION_METRICS`); log loss is in nats, lower is better.
-"""
+Loss weights come from the training targets of the cutoff being trained only. Metrics are in the
+paper's units (accuracy and macro AUC in percent, balanced MSE raw); binary and multiclass tasks may
+choose theirs (:data:`CLASSIFICATION_METRICS`)."""
 
 from __future__ import annotations
 
@@ -30,15 +28,10 @@ def targets_array(rows: "pd.DataFrame", meta: "DatasetMeta") -> np.ndarray:
 
 
 def make_loss(task: str, train_targets: np.ndarray) -> Callable[["torch.Tensor", "torch.Tensor"], "torch.Tensor"]:
-    """The training loss of a task, weighted from this cutoff's training targets only.
-
-    - binary / multiclass: cross-entropy on the logits;
-    - multilabel: BCE with logits, ``pos_weight_c = negatives_c / positives_c`` (1 where a
-      category has no positives yet, so it neither explodes nor vanishes);
-    - regression: weighted MSE of the paper's Eq. 4, ``(1/n) sum_i w_{y_i} (y_i - yhat_i)^2`` over
-      the batch's n rows, with ``w_r = n_train / n_r`` (Eq. 5) for each rating level ``r`` of this
-      cutoff's training targets; a level the training data lacks gets weight 0.
-    """
+    """The training loss of a task, weighted from this cutoff's training targets only:
+    cross-entropy; BCE with ``pos_weight_c = negatives_c / positives_c`` (1 for a category
+    without positives yet); or the paper's weighted MSE (Eq. 4) with ``w_r = n_train / n_r`` per
+    rating level (Eq. 5)."""
     import torch
     import torch.nn.functional as F
 
@@ -70,11 +63,7 @@ def pos_weights(train_targets: np.ndarray) -> np.ndarray:
 
 
 def level_weights(train_targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted rating levels, ``w_r = n / n_r``) of one cutoff's training targets (paper Eq. 5).
-
-    Levels are the rounded targets, looked up by value: negative or very large ratings need no
-    table indexed by rating.
-    """
+    """(sorted rating levels, ``w_r = n / n_r``) of one cutoff's training targets (paper Eq. 5)."""
     levels, counts = np.unique(np.round(np.asarray(train_targets, dtype=np.float64)).astype(np.int64),
                                return_counts=True)
     return levels, (len(train_targets) / counts).astype(np.float32)
@@ -82,13 +71,9 @@ def level_weights(train_targets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def cell_score(task: str, outputs: np.ndarray, targets: np.ndarray,
                categories: tuple[str, ...] = (), metric: str = "accuracy") -> tuple[float, list[str]]:
-    """Score of one drift-matrix cell in the reported unit, plus the categories left out.
-
-    Empty evaluation sets give NaN. For macro AUC a category without positives or without
-    negatives in this cell cannot be scored: it is left out of the average and named (a class
-    for binary and multiclass tasks, one-vs-rest on the softmax; for balanced accuracy, a class
-    with no row). ``metric``: the classification metric (:func:`metric_for`).
-    """
+    """Score of one drift-matrix cell in the reported unit, plus the categories left out: NaN for an
+    empty set; a category macro AUC (or balanced accuracy) cannot score in this cell is left out
+    and named."""
     if len(targets) == 0:
         return float("nan"), []
     if task in ("binary", "multiclass"):

@@ -1,12 +1,8 @@
-"""Every named model variant (the paper's names), registered without importing torch, and the
-way back from a stored unit to its network (:func:`load_model_folder`).
+"""Every named model variant (the paper's names), registered without importing torch, and the way
+back from a stored unit to its network (:func:`load_model_folder`).
 
-A spec's ``build`` is a ``spec.Builder`` naming the module and class that make the network; the
-module (and torch) load only when a network is built. Stages that only need a model's identity
-(its family, inputs, description and training defaults, which key its units), such as
-``matrices`` and ``status``, never import torch. Models that ``params.yaml`` names by their
-estimator's import path get their spec on first use (:func:`get`).
-"""
+A spec's ``build`` names the module and class that make the network, loaded only when one is built,
+so stages that need only a model's identity never import torch."""
 
 from __future__ import annotations
 
@@ -30,8 +26,7 @@ def register(spec: ModelSpec) -> ModelSpec:
 
 
 def get(name: str) -> ModelSpec:
-    """The spec of a catalog model or of one ``params.yaml`` names by import path; for any other
-    name a ConfigError that lists the known ones."""
+    """The spec of a catalog model or one named by import path, else a ConfigError listing them."""
     if name in REGISTRY:
         return REGISTRY[name]
     if name in ESTIMATORS:
@@ -146,11 +141,7 @@ NEEDS = {"binary": "predict_proba", "multiclass": "predict_proba", "regression":
 
 
 def model_problem(name: str, options: Mapping[str, Any], task: str, where: str) -> str | None:
-    """Why ``models.<name>`` with estimator ``options`` cannot work, or None (also for a name the
-    registry does not know); ``config.parse_params`` asks before anything trains: estimator options
-    on a model that takes none, a catalog name for an estimator, a task the model cannot do, an
-    estimator that cannot be imported or built, is not scikit-learn-compatible or lacks the method
-    its task scores with (e.g. ``predict_proba``)."""
+    """Why ``models.<name>`` with estimator ``options`` cannot work, or None (checked before training)."""
     spec = REGISTRY.get(name) or (custom_spec(name) if name in ESTIMATORS else None)
     if spec is None:
         return None
@@ -184,10 +175,9 @@ def model_problem(name: str, options: Mapping[str, Any], task: str, where: str) 
 
 
 def load_model_folder(folder: str | Path, device: str = "cpu"):
-    """Rebuild a stored unit from ``model.json`` and load ``model.safetensors`` (no pickle). A
-    tabular model's skops parts build only the types this project trusts for it
-    (``models.tabular.loading_trust``: never a list its own ``model.json`` asks for); a refusal
-    names the unit."""
+    """Rebuild a stored unit from ``model.json`` and ``model.safetensors`` (no pickle); a tabular
+    unit's skops parts build only the types this project trusts for it, never what its own
+    ``model.json`` asks for."""
     from safetensors.torch import load_file
 
     folder = Path(folder)

@@ -1,11 +1,5 @@
-"""Frozen pretrained encoders with one trainable linear layer (protocol section 6).
-
-The encoder itself never runs during training: the ``embed`` stage caches its pooled output once
-(masked mean of the token states for text, the backbone's pooled features for images) and these
-heads read only that cache (``inputs="pooled"``). Heads: 769 parameters on 768-d features with one
-output, ``dim * C + C`` in general. Image heads train with Adam at lr 1e-4, text heads with the
-text optimiser (AdamW, weight decay 0.01, grad-clip 1.0, lr 5e-4).
-"""
+"""Frozen pretrained encoders with one trainable linear layer (protocol section 6): the ``embed``
+stage caches the encoder's pooled output once and these heads read only that cache."""
 
 from __future__ import annotations
 

@@ -1,33 +1,14 @@
-"""Output priors: every model starts at the best constant, and the ``Prior`` baseline is that constant.
+"""Output priors: every model starts at the best constant, and the ``Prior`` baseline is that
+constant.
 
-The prior of a cutoff is the constant output that minimises the cutoff's own training loss
-(``tasks.make_loss``) over its training targets, i.e. what a model learns when its inputs carry no
-information:
-
-- binary / multiclass (cross-entropy): logit_k = log(n_k / n), the log class frequencies
-  (softmax gives the class shares; for two classes the logit gap is the log-odds). The argmax is
-  the majority class, the best constant under accuracy.
-- regression (weighted MSE, ``w_r = n / n_r``): the *weighted* training mean
-  ``sum_i w_i y_i / sum_i w_i``. With inverse-frequency weights every rating level counts once,
-  so for 1-5 stars this is the mean of the levels present (3.0 when all five are), not the plain
-  training mean (about 4.2 on skewed reviews). It is the best constant under the reported
-  balanced MSE too, where the plain mean is not: ``(1/L) sum_r (r - c)^2`` is smallest at the
-  mean of the levels.
-- multilabel (BCE with ``pos_weight_c = neg_c / pos_c``): per category
-  ``logit_c = log(pos_weight_c * pos_c / neg_c)``, the log-odds of the prevalence *as the loss
-  weights it*. That weighting balances every category that has positives, so its logit is 0;
-  a category with no positives gets a large negative logit. (The raw prevalence log-odds would be
-  pulled back to 0 by the weighted loss in the first steps.) A constant scores 50 in macro AUC
-  whatever its value.
-
-Absent classes and categories use a pseudo-count of 0.5 so logits stay finite.
-
-:func:`init_output_bias` writes that prior into the bias of a model's final output layer, so
-training starts at the constant instead of near 0 (regression outputs otherwise start far below
-the 1-5 scale). :class:`Prior` is a model that outputs the bias only; ``train_defaults`` gives it
-0 epochs, so after :func:`init_output_bias` it *is* the fitted baseline, trained by the same loop
-at no cost, for every task and input kind (it reads only the batch size).
-"""
+A cutoff's prior is the constant output that minimises its own training loss: the log class
+frequencies for cross-entropy; for the weighted MSE the *weighted* mean, i.e. the mean of the rating
+levels present (also the best constant under the reported balanced MSE, where the plain mean is
+not); for weighted BCE the log-odds of the prevalence as the loss weights it (0 for every category
+with positives). Absent classes use a pseudo-count of 0.5 so logits stay finite.
+:func:`init_output_bias` writes it into the final layer's bias, so training starts at it (regression
+outputs otherwise start far below the 1-5 scale); :class:`Prior` outputs that bias only and trains 0
+epochs, so it *is* the fitted baseline, trained by the same loop for every task and input kind."""
 
 from __future__ import annotations
 
@@ -70,12 +51,8 @@ def prior_bias(task: str, train_targets: np.ndarray, num_outputs: int) -> np.nda
 
 
 def output_bias(model: nn.Module) -> nn.Parameter:
-    """The bias of the layer that produces ``model``'s outputs.
-
-    ``Prior`` exposes it as ``output_bias``; every other registry model ends in an ``nn.Linear``
-    registered after all its other layers (tests check this per model: with that layer's weight
-    at zero the model outputs exactly its bias).
-    """
+    """The bias of the layer that produces ``model``'s outputs: ``Prior``'s ``output_bias``, else
+    the final ``nn.Linear``, registered after every other layer (tests check it per model)."""
     own = getattr(model, "output_bias", None)
     if isinstance(own, nn.Parameter):
         return own
@@ -86,8 +63,7 @@ def output_bias(model: nn.Module) -> nn.Parameter:
 
 
 def init_output_bias(model: nn.Module, task: str, train_targets: np.ndarray) -> np.ndarray:
-    """Set the output bias of ``model`` to the prior of ``train_targets`` (this cutoff's training
-    rows); returns the prior. Call it right after the fresh model is built, before training."""
+    """Set ``model``'s output bias to the prior of ``train_targets``, before training; returns it."""
     bias = output_bias(model)
     prior = prior_bias(task, train_targets, bias.numel())
     with torch.no_grad():

@@ -1,10 +1,6 @@
-"""What a model kind is: its spec (family, inputs, builder, training defaults), the formats a
-trained unit is stored in, and the estimator options of a model that ``params.yaml`` names by
-import path (``models: {MyGBT: {estimator: sklearn.ensemble.GradientBoostingClassifier}}``).
-
-Torch-free, and imports nothing of the package: ``config`` checks params against it and
-``models.catalog`` builds every named variant from it.
-"""
+"""What a model kind is: its spec, the formats a trained unit is stored in, and the estimator
+options of a model ``params.yaml`` names by import path. Torch-free and importing nothing of the
+package, so ``config`` can check params against it."""
 
 from __future__ import annotations
 
@@ -40,8 +36,8 @@ class ModelSpec:
 
 @dataclass(frozen=True)
 class Builder:
-    """``build(num_outputs, info, dropout=None)`` -> ``<module>.build(cls, shape, ...)``, imported
-    on first call (picklable, so Ray workers receive specs as they are)."""
+    """``build(num_outputs, info, dropout)`` -> ``<module>.build(...)``, imported on first call
+    (picklable)."""
 
     module: str
     cls: str = ""

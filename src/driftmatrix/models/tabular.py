@@ -1,32 +1,13 @@
 """Tabular models: scikit-learn, LightGBM and a torch MLP over a feature table, each with its own
 preprocessing fitted on its unit's training rows only.
 
-A :class:`TabularModel` is what a unit of a tabular model trains, stores and scores. It reads the
-batches of ``features.table.TableInputs`` (numeric values with NaN, category hashes) and
-returns logits (classification: log-probabilities; regression: the prediction), as the torch
-models do, so the train, evaluate, explain and tune stages treat it like them.
-
-**Leak-free preprocessing.** :class:`Preprocessor` is fitted in :meth:`TabularModel.fit` on the
-unit's own training rows and on nothing else: the categories each column knows, the medians that
-fill missing numbers, the scaling, the one-hot layout (a scikit-learn ``ColumnTransformer``). It
-is stored with the unit and applied unchanged to every period the unit is scored on. A category
-it never saw is mapped to "unseen" (no one-hot column; missing for trees and embeddings) and
-counted (``TabularModel.unseen``); the audit stage reports the share of such rows per cutoff and
-period.
-
-**Encodings.** ``onehot`` (LogReg, named estimators): numbers median-imputed with missing
-indicators and standardised, categories one-hot with missing as its own level (dense: at most
-:data:`CATEGORY_CAPS` columns per feature, the most frequent categories of the window; the rest
-count as unseen, and the train stage logs each feature it caps). ``native`` (HistGBT, LightGBM):
-numbers as they are (NaN = missing) and categories as codes 0..n-1 of the training categories, the
-trees' own categorical splits (at most :data:`CATEGORY_CAPS` per column, likewise). ``embed``
-(MLP-Tab): numbers as for onehot, categories as embedding indices (0 = missing or unseen).
-
-**Nothing is unpickled.** The state a unit stores is a dict of tensors written as safetensors:
-fitted scikit-learn objects as skops bytes, loaded with an explicit list of trusted types
-(:data:`TRUSTED` plus, for a named estimator, its own class and the types its ``trusted`` option
-lists), a LightGBM booster in LightGBM's own text format, MLP-Tab's weights as tensors.
-"""
+A :class:`TabularModel` reads ``features.table.TableInputs`` batches and returns logits, so the
+stages treat it like a torch model. Its :class:`Preprocessor` (categories, medians, scaling, one-hot
+layout) is fitted on the unit's own training rows, stored with it and applied unchanged to every
+period; a category it never saw is "unseen" and counted. Encodings: ``onehot`` (LogReg, named
+estimators), ``native`` (HistGBT, LightGBM: the trees' own categorical splits), ``embed`` (MLP-Tab);
+each keeps at most :data:`CATEGORY_CAPS` categories per feature (docs/tabular.md). Nothing is
+unpickled: skops bytes with an explicit list of trusted types, LightGBM's text format, tensors."""
 
 from __future__ import annotations
 
@@ -63,17 +44,15 @@ class UntrustedModel(ValueError):
 
 # --- skops ---------------------------------------------------------------------------------------
 def dump(obj: Any) -> torch.Tensor:
-    """A fitted scikit-learn object as skops bytes in a uint8 tensor (no pickle), made canonical
-    (:func:`canonical_skops`) so that the same object always gives the same bytes."""
+    """A fitted scikit-learn object as canonical skops bytes in a uint8 tensor (no pickle)."""
     import skops.io as sio
 
     return bytes_tensor(canonical_skops(sio.dumps(obj)))
 
 
 def canonical_skops(data: bytes) -> bytes:
-    """skops' zip with its member names and memo ids (memory addresses) renumbered in order of
-    appearance in its schema and a fixed timestamp: equal objects give equal bytes (weights digests, bit-identical
-    units across runs and executors)."""
+    """skops' zip with member names and memo ids renumbered in order of appearance and a fixed
+    timestamp: equal objects give equal bytes (weights digests, bit-identical units)."""
     import io
     import re
     import zipfile
@@ -98,8 +77,7 @@ def canonical_skops(data: bytes) -> bytes:
 
 
 def load(blob: torch.Tensor, trusted: Sequence[str]) -> Any:
-    """The object of :func:`dump`, building only skops' default types and ``trusted``; any other
-    type in the bytes is refused before anything is built."""
+    """The object of :func:`dump`; a type beyond skops' defaults and ``trusted`` is refused unbuilt."""
     import skops.io as sio
 
     data = tensor_bytes(blob)
@@ -111,10 +89,9 @@ def load(blob: torch.Tensor, trusted: Sequence[str]) -> Any:
 
 
 def loading_trust(model: str, info: Mapping[str, Any]) -> list[str]:
-    """The types a stored unit of ``model`` may have skops build, as the loading project decides:
-    :data:`TRUSTED`, and for an estimator this project's params.yaml names (``models.custom``) its
-    class and its ``trusted:`` list. The unit's ``model.json`` decides nothing: one that names
-    another estimator, or asks to trust more, is refused (UntrustedModel)."""
+    """The types a stored unit of ``model`` may have skops build, as the loading project decides
+    (:data:`TRUSTED`, a named estimator's class and its ``trusted:`` list); a ``model.json``
+    asking for more is refused (UntrustedModel)."""
     from driftmatrix.models import spec as custom
 
     asked = dict(info.get("options") or {})
@@ -278,11 +255,7 @@ def estimator_class(path: str):
 
 
 class TabularModel:
-    """One unit's tabular model: preprocessing plus an estimator, booster or network.
-
-    ``info``: the features (``numeric``, ``categorical``), the ``task`` and the model's ``options``
-    (``models.custom.OPTIONS`` of its params.yaml entry). Called on a batch ``(num, cat)`` it
-    returns float32 logits (N x outputs)."""
+    """One unit's tabular model: preprocessing plus an estimator; ``(num, cat)`` -> float32 logits."""
 
     def __init__(self, kind: str, num_outputs: int, info: Mapping[str, Any], dropout: float | None = None):
         if kind not in KINDS:
@@ -327,8 +300,7 @@ class TabularModel:
     # fitting
     def fit(self, inputs: TableInputs, rows: np.ndarray, targets: np.ndarray, cfg, seed: int, device,
             on_epoch=None, loop=None) -> list[float]:
-        """Fit preprocessing and model on ``rows`` (the unit's training rows) only; returns losses.
-        ``loop``: the torch training loop (``training.fit``) that trains MLP-Tab's network."""
+        """Fit preprocessing and model on the unit's training ``rows`` only."""
         num, cat = (t.numpy() for t in inputs.batch(torch.as_tensor(np.asarray(rows), dtype=torch.long)))
         y = np.asarray(targets)[rows]
         self.prep.fit(num, cat)
@@ -463,8 +435,7 @@ class TabularModel:
 
 
 def capped_features(kind: str, options: Mapping[str, Any], categorical: Sequence[str], cat: np.ndarray) -> list[str]:
-    """One line per categorical feature with more categories (``cat``: hashes of all rows) than its
-    encoding keeps (:data:`CATEGORY_CAPS`)."""
+    """One line per categorical feature with more categories than its encoding keeps."""
     encoding = options.get("encoding") or ENCODING[kind]
     cap = CATEGORY_CAPS.get(encoding)
     counts = [len(np.unique(cat[:, k][cat[:, k] != MISSING])) for k in range(len(categorical))] if cap else []
@@ -473,8 +444,7 @@ def capped_features(kind: str, options: Mapping[str, Any], categorical: Sequence
 
 
 def describe_fit(est) -> str:
-    """``LogisticRegression, 23 iterations`` (``n_iter_``, the most of its fits), or ``<name>, fitted``
-    for an estimator that reports none."""
+    """``LogisticRegression, 23 iterations`` (``n_iter_``), or ``<name>, fitted`` when it reports none."""
     n = getattr(est, "n_iter_", None)
     return f"{type(est).__name__}, {int(np.max(n))} iterations" if n is not None else f"{type(est).__name__}, fitted"
 
@@ -508,6 +478,5 @@ def _fit_lightgbm(x, y, task, num_outputs, n_num, options, seed, threads, weight
 
 def build(cls: str, shape: Mapping[str, Any], num_outputs: int, info: Mapping[str, Any] | None = None,
           dropout: float | None = None) -> TabularModel:
-    """An unfitted tabular model of kind ``cls`` (catalogue entries LogReg, HistGBT, LightGBM,
-    MLP-Tab, and estimators named in params.yaml)."""
+    """An unfitted tabular model of kind ``cls`` (a catalogue entry or an estimator named in params.yaml)."""
     return TabularModel(cls, num_outputs, info or {}, dropout)

@@ -1,12 +1,8 @@
 """The twelve text bodies trained over cached, frozen encoder token states (protocol section 6).
 
-Every model takes ``(states, mask)``: float token states (B, L, D) from the feature cache and a
-boolean mask (B, L) that is true on real tokens. Padded positions never influence the output:
-mean pooling and attention are masked, convolutions see zeros there and take their maximum over
-windows that start on a real token, and the recurrent nets run on packed sequences. Shapes
-reproduce the authors' roster (FFN-S 99k ... BiLSTM-Attn-L 2.2M on 768-d states); the
-Transformers add the learnable positions the paper describes (``max_len x width`` parameters).
-"""
+Every model takes ``(states, mask)``; padded positions never influence the output (masked pooling
+and attention, convolution windows that start on a real token, packed recurrent sequences). Shapes
+reproduce the authors' roster (FFN-S 99k ... BiLSTM-Attn-L 2.2M on 768-d states)."""
 
 from __future__ import annotations
 

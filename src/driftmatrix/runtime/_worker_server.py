@@ -1,14 +1,9 @@
-"""Imported last by the local worker server (``executor.start_worker_server``), after torch and
-the stage's modules. Freezes what the server holds, so that forked workers share those pages
-instead of copying them as their collector walks them, and makes the server's own exit (when the
-stage process ends) immediate: it writes nothing, so tearing down torch's module graph there
-(about 1 s of CPU, while the next stage starts) buys nothing.
+"""Imported last by the local worker server (``executor.start_worker_server``).
 
-On Linux the server and each worker also die with their parent: a stage process that is killed
-on its own (``kill PID``, the OOM killer) takes them with it, where they would otherwise finish
-the units in flight, minutes of work that nobody collects. The kernel signals a child when the
-thread that started it ends; the stage starts the server from its main thread (at stage start
-and in ``executor._pool_map``), and the server is single-threaded."""
+Freezes what the server holds, so forked workers share those pages instead of copying them, and
+makes its exit immediate (it writes nothing). On Linux the server and each worker die with their
+parent, so a killed stage does not leave them computing units nobody collects; the kernel signals a
+child when the thread that started it ends, so the server is started from the main thread."""
 
 import atexit
 import gc

@@ -1,27 +1,12 @@
 """A real multi-node Ray cluster on this machine, on loopback only (tests, benchmarks, trying a
-cluster recipe out before it meets real machines).
+cluster recipe out).
 
-:class:`LocalRayCluster` starts a head with ``ray start --head`` and more nodes with ``ray start
---address``, each with its own CPUs and a custom resource (``head``, ``node1``, ...), all bound
-to 127.0.0.1, under a temp folder of its own, with Ray's token authentication on and a token of
-its own. It stops exactly its own processes (``ray stop`` would stop every Ray of the user on
-this machine), and can SIGKILL one node's raylet with its workers (a node lost mid-stage).
-
-Loopback: Ray rewrites a node IP of 127.0.0.1 to the machine's interface address unless its
-"this machine only" switch ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` is set, and with the switch
-set ``ray start --address`` refuses to add a node ("Multi-node Ray clusters are not supported on
-Windows and OSX"). A node is therefore started through ``python -m driftmatrix.runtime.cluster start
-...``: exactly ``ray start ...`` (same options, Ray's own code), with the switch set for every
-process the node starts, the refusal lifted and the loopback address kept as given. The head runs
-plain ``ray start --head`` with the switch. On real machines none of this applies: plain ``ray
-start`` with the machines' addresses (README, "Scaling out").
-
-Token authentication (Ray 2.60): with ``RAY_AUTH_MODE=token`` every Ray process (GCS, raylets,
-workers, drivers) accepts and sends only the token read from ``RAY_AUTH_TOKEN`` or the file
-named by ``RAY_AUTH_TOKEN_PATH`` (default ``~/.ray/auth_token``). The cluster writes a random
-token to ``<temp>/auth_token`` (mode 0600) and hands both variables to each node and, through
-:meth:`LocalRayCluster.env`, to the drivers that join it.
-"""
+:class:`LocalRayCluster` starts a head and nodes, each with its own CPUs and a custom resource,
+bound to 127.0.0.1 under a temp folder of its own, with Ray's token authentication and a token of
+its own; it stops exactly its own processes (``ray stop`` would stop every Ray of the user) and can
+kill one node mid-stage. With Ray's "this machine only" switch set, ``ray start --address`` refuses
+to add a node, so a node starts through ``python -m driftmatrix.runtime.cluster start ...``: Ray's
+own ``ray start`` with that refusal lifted. Real machines use plain ``ray start`` (docs/scaling.md)."""
 
 from __future__ import annotations
 
@@ -58,8 +43,7 @@ def ray_bin() -> str:
 
 @dataclass
 class Node:
-    """One Ray node of a :class:`LocalRayCluster`: its resource name and the processes it started
-    (raylet, agents, log monitor; workers are found as the raylet's children when needed)."""
+    """One Ray node of a :class:`LocalRayCluster`: its resource name and the processes it started."""
 
     name: str
     pids: set[int] = field(default_factory=set)
@@ -163,8 +147,7 @@ class LocalRayCluster:
         return node
 
     def wait_for(self, ok, what: str, timeout: float = 60) -> None:
-        """Wait until ``ok(cluster resources of alive nodes)``, asking the GCS from a subprocess
-        (this process may not be a Ray driver)."""
+        """Wait until ``ok(alive resources)``, asking the GCS from a subprocess (we may not be a driver)."""
         deadline = time.monotonic() + timeout
         while True:
             if ok(self.alive_resources()):
@@ -219,8 +202,7 @@ class LocalRayCluster:
 
     @staticmethod
     def _signal(pids, sig: int, timeout: float) -> list:
-        """Send ``sig`` to those of ``pids`` still running, wait up to ``timeout`` seconds for them
-        to exit, and return the ``psutil.Process`` of those still alive."""
+        """Send ``sig`` to the live ``pids``, wait up to ``timeout`` s, return the processes still alive."""
         import psutil
 
         procs = []

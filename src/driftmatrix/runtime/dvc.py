@@ -1,18 +1,10 @@
 """DVC at the edge: a torn ``dvc.lock`` moved aside (:func:`repair_dvc_lock`, run by ``make repro``
-first), and a preset run as a DVC experiment: its difference from params.yaml as ``dvc exp run -S``
-overrides.
+first), and a preset run as a DVC experiment.
 
-A preset (``presets/*.yaml``) is a whole parameter file. Copying it over ``params.yaml`` loses
-what DVC's experiments give (a named experiment beside its baseline in ``dvc exp show``, params
-and metrics diffs, ``dvc exp apply``); DVC 3 has no "run with this params file" switch either.
-So the preset becomes Hydra overrides, which ``dvc exp run -S`` applies to ``params.yaml``:
-``key=value`` for every leaf the preset changes, ``+key=value`` for every one it adds, ``~key``
-for every key it does not have. ``--merge`` keeps keys absent from the preset (for partial presets such as
-``presets/tuned/<dataset>-<model>.yaml``, which hold one ``models:`` block).
-
-    python -m driftmatrix.runtime.dvc presets/text-reviews.yaml -- -n reviews   # runs dvc exp run
-    python -m driftmatrix.runtime.dvc presets/tuned/x.yaml --merge --print      # prints the command
-"""
+Copying a preset over ``params.yaml`` loses what DVC's experiments give (a named experiment, params
+and metrics diffs, ``dvc exp apply``), so the preset becomes ``dvc exp run -S`` overrides:
+``key=value`` for each changed leaf, ``+key=value`` for each added one, ``~key`` for each it lacks
+(``--merge`` keeps those, for partial presets such as ``presets/tuned/``)."""
 
 from __future__ import annotations
 
@@ -43,8 +35,7 @@ def _key(path: str, key: Any) -> str:
 
 
 def _quote(s: str) -> str:
-    """Plain if Hydra reads it back as this same string, else single-quoted (quotes escaped,
-    backslashes before a quote or at the end doubled)."""
+    """Plain if Hydra reads it back as the same string, else single-quoted with escapes."""
     if PLAIN.match(s) and s.lower() not in RESERVED:
         return s
     s = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", s)
@@ -68,8 +59,7 @@ def value(v: Any, path: str = "") -> str:
 
 
 def overrides(current: Mapping, preset: Mapping, merge: bool = False, path: str = "") -> Iterator[str]:
-    """Hydra overrides that turn ``current`` into ``preset`` (into current updated by preset if
-    ``merge``). Deletions come first; kept keys keep their place, added ones follow."""
+    """Hydra overrides turning ``current`` into ``preset``: deletions, kept keys in place, additions."""
     if not merge:
         for k, old in current.items():
             if k not in preset:
@@ -124,14 +114,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def repair_dvc_lock(path: str | Path = "dvc.lock") -> Path | None:
-    """Move a torn ``dvc.lock`` aside so that ``dvc repro`` can run again; the new path, or None
-    when the file is absent or valid.
-
-    DVC rewrites ``dvc.lock`` in place after every stage, not atomically: a ``dvc repro`` killed
-    during that write leaves a truncated file, and every later ``dvc repro`` stops on it
-    ("'./dvc.lock' validation failed"). Without the file DVC reruns each stage once; the stages
-    skip every finished unit and scored cell (checkpoints and scores persist), so nothing is lost.
-    """
+    """Move a torn ``dvc.lock`` aside so that ``dvc repro`` can run again; the new path, or None.
+    DVC rewrites the file in place, so a killed ``dvc repro`` leaves it truncated and every later
+    one stops on it; without it DVC reruns each stage once, which skips every finished unit and
+    cell."""
     import yaml
     from dvc.schema import COMPILED_LOCKFILE_SCHEMA
 

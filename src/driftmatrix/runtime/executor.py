@@ -1,37 +1,16 @@
 """Run a stage's work items on this machine (``local``) or as Ray tasks (``ray``), one interface.
 
-A stage hands :meth:`Executor.map` a top-level function ``fn(context, item) -> result``, a small
-*recipe* (a picklable, hashable-by-value object whose ``build()`` makes the heavy context: slices
-loaded, inputs on the device) and its items. Results come back to the driver as they finish; the
-driver alone writes checkpoints, MLflow runs and registry versions (workers compute and return).
+A stage hands :meth:`Executor.map` a top-level ``fn(context, item)``, a picklable *recipe* whose
+``build()`` makes the heavy context, and its items; workers compute and return, the driver alone
+writes checkpoints, runs and registry versions. ``runtime:`` in ``params.yaml`` picks the executor
+(docs/scaling.md lists its keys).
 
-``runtime:`` in ``params.yaml`` picks the executor::
+Every executor runs a unit with :func:`unit_threads` torch threads (floor ``num_cpus``, at least 1),
+because a CPU result depends on the thread count: the same configuration gives the same bits locally
+and on Ray.
 
-    runtime:
-      executor: local        # local (default, never imports Ray) | ray
-      workers: 1             # local: units at once; 1 = in the stage process, auto = CPUs // num_cpus
-      address: null          # null: start Ray on this machine | auto | ray://head:10001 | host:port
-      num_cpus: 1            # per unit; a unit computes with floor(num_cpus) torch threads (>= 1) on both
-      num_gpus: 0            # per unit, fractional: 0.25 = four units share one GPU
-      max_retries: 3         # Ray retries of a unit whose worker or node died
-      overrides: {ViT-L: {num_gpus: 0.5}}   # per model
-
-Threads: a CPU result depends on how many threads computed it (convolutions and attention sum in a
-thread-dependent order), so every executor runs a unit with :func:`unit_threads` torch threads,
-floor(``num_cpus``), at least 1: the same configuration gives the same bits locally and on Ray.
-
-Local worker processes (``workers`` above 1, CPU units only): forked from a server process that
-imports torch while the stage process starts up (:func:`start_worker_server`), so a worker costs
-no second start-up; each builds the context from the recipe once. On 2 cores two 1-thread units
-train MLP-S about 1.7x and CNN-S and ViT-S about 1.15x faster than one 2-thread unit at a time
-(small models leave the second thread partly idle).
-
-Fault-test hook: when the environment variable ``DRIFTMATRIX_KILL_ONCE`` names a file that does
-not exist yet, the first Ray worker to claim it (atomic create) kills its own process part-way
-through its item. Ray then retries that item; the map still yields every item exactly once. The
-variable is read by the driver and passed with each task, so it also reaches an already-running
-Ray. Unset (the normal case), it costs nothing.
-"""
+Fault-test hook: when ``DRIFTMATRIX_KILL_ONCE`` names a file that does not exist yet, the first Ray
+worker to create it kills its own process part-way through its item, so Ray's retry is exercised."""
 
 from __future__ import annotations
 
@@ -74,15 +53,9 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 
 
 def keep_freed_memory() -> bool:
-    """Let glibc keep the memory torch frees for the next step instead of returning it to the
-    kernel (once per process; Linux/glibc only, elsewhere a no-op returning False).
-
-    torch's CPU tensors are plain malloc blocks. By default glibc serves blocks over 128 KiB with
-    fresh mmaps and trims the heap top eagerly, so every training step page-faults (and zeroes)
-    its activations and gradients anew: about 1,500 faults a CNN-S step. Blocks up to 32 MiB now
-    come from the heap and freed memory stays there (256 MiB trim threshold, 64 MiB top pad).
-    Numbers are unchanged: only where the bytes live.
-    """
+    """Let glibc keep the memory torch frees instead of returning it to the kernel (once per
+    process; Linux/glibc only, else returns False): otherwise every training step page-faults its
+    activations anew. Numbers are unchanged."""
     if getattr(keep_freed_memory, "done", None) is not None:
         return keep_freed_memory.done
     ok = False
@@ -101,9 +74,7 @@ def keep_freed_memory() -> bool:
 
 # --- progress ----------------------------------------------------------------------------------
 class Progress:
-    """One display per stage over all its units: a tqdm bar on a terminal's stderr, and log lines
-    every ``every`` units or ``seconds`` seconds (whichever first), each with done / running /
-    queued and an ETA from the throughput so far."""
+    """One display per stage: a tqdm bar on a terminal, periodic log lines with counts and ETA."""
 
     def __init__(self, label: str, total: int, *, enabled: bool = True, every: int | None = None,
                  seconds: float = 10.0) -> None:
@@ -158,10 +129,7 @@ class Executor(Protocol):
 
     def map(self, fn: Callable[[Any, Any], Any], recipe: Any, items: Iterable[Any], *,
             model: str | None = None, label: str = "train", context: Any = None) -> Iterator[tuple[Any, Any]]:
-        """Yield ``(item, fn(recipe.build(), item))`` for every item, as each finishes.
-
-        ``context``: the driver's own already-built context, used by executors that run in this
-        process instead of building it again from the recipe."""
+        """Yield ``(item, fn(recipe.build(), item))`` as each finishes (``context``: the driver's own)."""
         ...
 
 
@@ -177,9 +145,7 @@ def _label(label: str, model: str | None) -> str:
 
 
 class LocalExecutor:
-    """Runs the items on this machine: in this process, in order, on the driver's context
-    (``workers`` 1, GPU units, a single item), or in worker processes that build the context from
-    the recipe once each and return results as they finish."""
+    """Runs items in this process on the driver's context, or in workers that build it once each."""
 
     name = "local"
 
@@ -224,28 +190,24 @@ def machine_cpus() -> int:
 
 
 def local_slots(cfg: RuntimeConfig, res: Resources) -> int:
-    """Units the local executor runs at once: ``workers``, or for ``auto`` this machine's CPUs
-    over a unit's ``num_cpus`` (at least 1)."""
+    """Units the local executor runs at once: ``workers``, or for ``auto`` CPUs over ``num_cpus``."""
     if cfg.workers != "auto":
         return int(cfg.workers)
     return max(1, math.floor(machine_cpus() / res.num_cpus + 1e-9)) if res.num_cpus > 0 else machine_cpus()
 
 
 def local_workers(cfg: RuntimeConfig, model: str | None) -> int:
-    """Worker processes the local executor may use for ``model``'s units: its slots, 1 for GPU
-    units (they run in the stage process)."""
+    """Worker processes for ``model``'s units: its slots, 1 for GPU units."""
     res = cfg.resources_for(model)
     return 1 if res.num_gpus > 0 else local_slots(cfg, res)
 
 
 def start_worker_server(cfg: RuntimeConfig, model: str | None = None, preload: Iterable[str] = ()) -> bool:
-    """Start the process that local workers fork from, if ``model``'s units will run in workers.
+    """Start the forkserver local workers fork from, if ``model``'s units run in workers; returns
+    whether it started.
 
-    Called first thing in a stage: the server imports torch and ``preload`` (the stage's module)
-    while the stage process does its own start-up, so workers begin with everything imported.
-    It is a fresh process that computes nothing, so forking it is safe with any thread count
-    (forking a process whose OpenMP pool has run can hang the child). Returns whether it started.
-    """
+    It imports torch and ``preload`` while the stage starts up, and as a fresh process that computes
+    nothing it is safe to fork (forking a process whose OpenMP pool has run can hang the child)."""
     import multiprocessing as mp
     from multiprocessing import forkserver
 
@@ -258,25 +220,18 @@ def start_worker_server(cfg: RuntimeConfig, model: str | None = None, preload: I
 
 
 def _pool_context():
-    """Forkserver where the OS has it (Linux); elsewhere (macOS, Windows) spawn: each worker then
-    imports torch itself."""
+    """Forkserver where the OS has it (Linux), else spawn."""
     import multiprocessing as mp
 
     return mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
 def _pool_map(fn, recipe, items: list, workers: int, threads: int, bar: Progress) -> Iterator[tuple[Any, Any]]:
-    """``items`` through ``workers`` worker processes; yields ``(item, result)`` as each finishes.
-
-    A unit's own error is raised here with its worker's traceback; a worker that dies (killed,
-    out of memory) fails the map, naming the units in flight. On any early exit the workers are
-    stopped: they write nothing, so nothing is lost but their computation.
+    """``items`` through ``workers`` processes, yielding ``(item, result)`` as each finishes; a dead
+    worker fails the map naming the units in flight.
 
     The pool is always shut down waiting for its manager thread: one left running races the
-    interpreter's exit hook, which wakes it through a pipe the thread may be closing at that
-    moment ("Exception ignored in: <module 'threading'> ... OSError: [Errno 9] Bad file
-    descriptor" as the stage ends). Idle workers exit at once; stopped ones are terminated first.
-    """
+    interpreter's exit hook ("OSError: [Errno 9] Bad file descriptor" as the stage ends)."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
@@ -316,14 +271,9 @@ LOCAL_ONLY_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
 
 
 def start_ray(cfg: RuntimeConfig, *, num_cpus: int | None = None, num_gpus: int | None = None) -> None:
-    """``ray.init`` once per process: join ``cfg.address`` or, for ``null``, start a fresh local Ray
-    (``num_cpus``/``num_gpus`` cap it; default: this machine's) that listens on loopback only. No
-    dashboard, no worker logs on the driver's terminal, no usage reporting."""
+    """``ray.init`` once per process: join ``cfg.address``, or for ``null`` start a private loopback Ray."""
     if cfg.address is None:
-        # Ray turns a node IP of 127.0.0.1 into the machine's own interface address unless its
-        # "this machine only" switch (named for Windows and macOS, read on every OS) is off: then
-        # the GCS, raylets, agents and workers all listen on 127.0.0.1. Read when Ray is imported,
-        # and inherited by every process the private Ray starts.
+        # with Ray's "this machine only" switch off, every Ray process listens on 127.0.0.1 (read at import)
         os.environ[LOCAL_ONLY_ENV] = "0"
     import ray
 
@@ -335,14 +285,12 @@ def start_ray(cfg: RuntimeConfig, *, num_cpus: int | None = None, num_gpus: int 
         from ray._private import ray_constants
 
         ray_constants.ENABLE_RAY_CLUSTER = False  # in case Ray was imported before the switch was set
-        # "local", not None: None would join any Ray already running on this machine (RAY_ADDRESS or
-        # another user's), which is a cluster we were not asked to use
+        # "local", not None: None would join any Ray already running on this machine
         kwargs.update(address="local", num_cpus=num_cpus, num_gpus=num_gpus, _node_ip_address=LOOPBACK)
     else:
         kwargs.update(address=cfg.address)
         if joins_loopback(cfg.address):
-            # a cluster on this machine's loopback (driftmatrix.runtime.cluster, tests): the driver keeps to
-            # 127.0.0.1 too, or Ray would announce it at the interface address the nodes never use
+            # a loopback cluster: the driver keeps to 127.0.0.1 too, the address its nodes use
             from ray._private import ray_constants
 
             os.environ[LOCAL_ONLY_ENV] = "0"
@@ -364,10 +312,7 @@ class RayUnreachable(ConfigError):
 
 
 def join_error(address: str, exc: BaseException) -> str:
-    """Why the Ray at ``address`` could not be joined, read from Ray's error chain, and what to change.
-    A cluster on 127.0.0.1 whose nodes announce another address (``ray start --head
-    --node-ip-address=127.0.0.1`` without the loopback switch) is told apart by Ray's "no node info
-    found matching '127.0.0.1'"."""
+    """Why the Ray at ``address`` could not be joined, read from Ray's error chain, and what to change."""
     causes, cur = [], exc
     while cur is not None and len(causes) < 10:
         causes.append(" ".join(str(cur).split()))
@@ -438,8 +383,7 @@ def _claim(path: str | None) -> bool:
 
 def run_item(fn: Callable[[Any, Any], Any], recipe: Any, key: Any, item: Any, kill_path: str | None = None,
              threads: int = 1) -> Any:
-    """The body of a Ray task or local worker item: the unit's thread count, the cached context,
-    then ``fn``. Workers return; they never write."""
+    """The body of a Ray task or local worker item: thread count, cached context, then ``fn``."""
     import torch
 
     torch.set_num_threads(threads)  # per item: a reused worker may have run another model's units
@@ -453,14 +397,9 @@ def run_item(fn: Callable[[Any, Any], Any], recipe: Any, key: Any, item: Any, ki
 
 
 def reuse_workers(num_gpus: float, gpus_per_node: float) -> bool:
-    """Whether units may share worker processes (and so their cached context).
-
-    Always for CPU units. For GPU units only where no node has more than one GPU: CUDA binds a
-    process to the device Ray showed it first, so a reused worker later given another GPU of the
-    same node would still compute on the first one. Ray itself never reuses workers for tasks
-    declared with GPUs; declaring them per call (``options``), as here, keeps reuse, which is exact
-    with one GPU per node and what lets the context be built once per worker.
-    """
+    """Whether units may share worker processes (and so their cached context): always for CPU units;
+    for GPU units only where no node has more than one GPU, since CUDA binds a process to the
+    first device Ray showed it."""
     return num_gpus <= 0 or gpus_per_node <= 1
 
 
@@ -511,8 +450,7 @@ class RayExecutor:
                               name=_label(label, model))
         recipe_ref = ray.put(recipe)  # serialised once, fetched once per node
         key, kill, threads = recipe_key(recipe), os.environ.get(KILL_ENV) or None, unit_threads(res)
-        # Submitted in item order, at most `window` in flight: Ray keeps every slot busy while the
-        # driver's wait stays cheap for stages of many thousand units.
+        # at most `window` in flight: every slot stays busy while the driver's wait stays cheap
         window = len(items) if slots >= sys.maxsize // 4 else max(4 * slots, 64)
         todo, pending = iter(items), {}
 
@@ -539,11 +477,7 @@ class RayExecutor:
                     bar.update(done, min(len(items) - done, slots))
                 submit(window - len(pending))
         finally:
-            # An error, or the caller stopped early: the units still in flight (at most `window`)
-            # are dropped, not cancelled. ray.cancel racing a task that is just completing aborts
-            # the driver process in Ray's core worker ("Check failed: it != submissible_tasks_.end()
-            # Tried to complete task that was not pending"; ray-project/ray PR 54798 and its
-            # siblings): a CI run died that way. Workers write nothing, so a dropped unit only
-            # computes; a private Ray ends with this process and stops them there.
+            # Units still in flight are dropped, not cancelled: ray.cancel racing a completing task
+            # aborts the driver (ray-project/ray PR 54798); workers write nothing, so nothing is lost.
             pending.clear()
             bar.close()

@@ -1,25 +1,12 @@
-"""Plan a study on N GPUs (or N CPU workers) before having them: simulate the Ray schedule of its units.
+"""Plan a study on N GPUs (or N CPU workers) before having them: simulate the Ray schedule of its
+units.
 
-Units are the (model, seed, cutoff) training jobs of a preset, then one evaluation per checkpoint
-(every checkpoint scores every slice). Their cost comes from one of two scales:
-
-- ``gpu``: the authors' A100 GPU-hours per dataset (protocol section 10), split evenly over the
-  dataset's model-seed configurations (their appendix gives only per-dataset totals, so every
-  model costs the same), then over cutoffs in proportion to the rows each cutoff trains on
-  (cumulative training: cutoff i trains on slices 1..i); evaluation splits evenly over checkpoints.
-- ``cpu``: our models' training and inference throughput measured on this 2-core machine
-  (``CPU_RATES``, from ``bench/unit_cost.py``): epochs x training rows / samples per second.
-
-The schedule is list scheduling as Ray does it with fractional resources: every slot (GPU or
-worker) has capacity 1.0; a unit holds ``share`` of one slot (``num_gpus`` of its model: 0.25 =
-four units share a GPU; a whole number > 1 holds that many free GPUs). Whenever a unit ends, the
-queue is scanned in order and every unit that fits starts, on the first slot with room (backfill:
-a unit that does not fit lets later ones pass, as Ray's per-shape queues do). The queue order is
-``lpt`` (longest first, the better bound) or ``fifo`` (submission order: model, seed, cutoff, as
-the stages submit them). Training ends before evaluation starts (one barrier, as between the
-stages). A packed unit is assumed to run as fast as it would alone (small models leave a GPU mostly
-idle); that is the premise of packing, and the reason to plan with ``--share 1`` as well.
-"""
+Units are a preset's (model, seed, cutoff) training jobs, then one evaluation per checkpoint. Cost
+scales: ``gpu``, the authors' A100 GPU-hours per dataset split evenly over configurations and over
+cutoffs by training rows; ``cpu``, throughput measured here (``CPU_RATES``, ``bench/unit_cost.py``).
+The schedule is Ray's list scheduling with fractional resources and backfill, queue order ``lpt`` or
+``fifo``, with a barrier between training and evaluation (docs/scaling.md). A packed unit is assumed
+to run as fast as alone: the premise of packing, and the reason to plan with ``--share 1`` as well."""
 
 from __future__ import annotations
 
@@ -229,11 +216,7 @@ def cpu_units(shape: Shape, rates: Mapping[str, tuple[float, float]] = CPU_RATES
 
 def shape_of(params, manifest: Mapping | None = None, share: float | None = None,
              periods: int | None = None, rows: int | None = None, need_rows: bool = False) -> Shape:
-    """The study of ``params``: slice sizes from ``manifest`` (a slices manifest of the same dataset)
-    when given, else ``periods`` slices of ``rows`` rows (default: the paper's K and size), equal.
-
-    Without a known size the slices get 1,000 rows each, which only the relative GPU scale may use
-    (``need_rows=False``); the CPU scale needs real sizes and raises instead."""
+    """The study of ``params``: slice sizes from ``manifest``, else ``periods`` equal slices of ``rows``."""
     from driftmatrix.config import ConfigError
     from driftmatrix.config import runtime_config
 

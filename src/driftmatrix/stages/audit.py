@@ -1,15 +1,8 @@
 """``driftmatrix audit``: between-slice drift matrices, prevalence, plots, report, MLflow.
 
-Reads only the slices and the validation results: the audit runs before any model is trained.
-Data drift against model decay needs the model matrices, so the report stage draws it
-(:mod:`driftmatrix.reporting.drift_decay`) from ``drift.json`` and ``outputs/matrices``.
-
-Writes under ``outputs/audit/``: ``drift.json`` (everything; ``window_drift``: the retraining
-policies' drift statistic D[r, t] between the pooled training window of slices 0..r and period t,
-also as ``window_drift.csv``), one CSV per K x K matrix
-(``<measure>.csv``, ``<measure>_pvalue.csv`` for MMD), ``prevalence.csv``, ``plots/label_drift.csv``
-and ``plots/prevalence.csv`` (DVC plots), ``figures/*.png`` and ``report.html``.
-"""
+Reads only the slices and the validation results: the audit runs before any model is trained (data
+drift against model decay is the report stage's). Writes ``outputs/audit/`` (docs/audit.md),
+including ``window_drift``, the retraining policies' drift statistic."""
 
 from __future__ import annotations
 
@@ -106,8 +99,7 @@ def build_report(audit: Audit, pngs: Mapping[str, bytes], validation_dir: Path) 
 
 
 def feature_section(audit: Audit, pngs: Mapping[str, bytes]) -> str:
-    """Features ranked by mean future drift, the features drifting most between consecutive
-    periods and against the first, and each feature's drift against the first slice."""
+    """Features ranked by mean future drift, the top movers per period pair, drift against the first."""
     feats, labels = audit.features, audit.labels
     ranked = report.table(["feature", "kind", "mean drift over future pairs", f"{labels[0]} -> {labels[-1]}"],
                           [[f, feats["kinds"][f], round(v, 4), round(feats["matrices"][f][0][-1] or 0.0, 4)]

@@ -21,11 +21,7 @@ log = logging.getLogger(__name__)
 
 def build_cache(encoder_name: str, items, out_dir: str | Path, cfg: EmbedConfig, with_states: bool,
                 data_version: str, load: Callable[..., Any] | None = None, executor=None) -> dict[str, Any]:
-    """Encode every item (texts or uint8 images) into ``out_dir``, redoing only missing shards.
-
-    ``load``: the encoder loader (default ``encoders.load``; a top-level function for Ray workers);
-    ``executor``: the stage executor (default: this process).
-    """
+    """Encode every item into ``out_dir``, redoing only missing shards; ``load`` is top-level for Ray."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     info = encoders.info_for(encoder_name)

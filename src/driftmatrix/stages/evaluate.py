@@ -1,11 +1,8 @@
 """Evaluate stage: score every cell of the plan that has no score yet, then the MLflow sync.
 
-Cell (i, j) uses the test split of slice j when j <= i and the whole of slice j when j > i
-(protocol section 1), so no training row of a model is ever scored as in-distribution test.
-Cells are keyed by their unit and slice j's content (``units.plan``): appending a period scores
-old checkpoints on the new slice only. Scores live in ``<scores>/<model>/<unit key>.json``
-(``units.store.ScoreStore``); each unit's MLflow run gets its drift-matrix row (:class:`RowLogs`).
-"""
+Cell (i, j) reads the test split of slice j when j <= i and the whole slice when j > i (protocol
+section 1), so no training row is scored as in-distribution test; appending a period scores old
+checkpoints on the new slice only."""
 
 from __future__ import annotations
 
@@ -98,10 +95,7 @@ def current_doc(doc: dict[str, Any], weights_digest: str) -> dict[str, Any]:
 
 
 def sync(params: Params, exp, store: CheckpointStore, rows=None, slices_dir: str | Path | None = None) -> dict[str, str]:
-    """MLflow runs, registry versions and aliases for every finished unit of the plan; ``rows``:
-    the drift-matrix row a run created now carries (``tracking.RowFor``). A run's ``model`` is the
-    unit as an MLflow pyfunc model (``serving.ModelFolders``: made only for runs logged now;
-    ``slices_dir`` gives its input example and image size)."""
+    """MLflow runs, registry versions and aliases for every finished unit, new runs with their matrix row."""
     from driftmatrix.tracking import pyfunc as serving
     from driftmatrix.tracking import runs as tracking
 
@@ -121,12 +115,9 @@ def row_record(exp, unit: Unit, row: Mapping[str, list], run_id: str | None) -> 
 
 
 class RowLogs:
-    """What each unit's MLflow run gets of its drift-matrix row: metrics ``in_distribution`` and
-    ``future_mean``, the evaluation dataset input and ``drift_row/*.json|csv`` artifacts.
-
-    A run created now takes its row with it (:meth:`for_new_run`, called by the MLflow sync: no
-    extra round trips); :meth:`attach_rest` then logs every other row whose cells or run changed
-    since it was last attached. Row files live in a temporary folder while the block runs."""
+    """What each unit's MLflow run gets of its drift-matrix row (metrics, dataset input, artifacts).
+    A run created now takes its row with it (:meth:`for_new_run`: no extra round trips);
+    :meth:`attach_rest` logs every other row that changed since it was last attached."""
 
     def __init__(self, params: Params, exp, plan: ModelPlan, hashes: Sequence[str], docs: dict[str, dict]):
         from driftmatrix.config import fingerprint
@@ -147,8 +138,7 @@ class RowLogs:
         self.tmp.cleanup()
 
     def _row(self, unit: Unit, run_id: str) -> tuple[dict[str, float], Path] | None:
-        """(metrics, folder holding drift_row/) for the unit's row under ``run_id``, or None when
-        that run already has exactly these cells; marks the row as logged in its score doc."""
+        """(metrics, folder of drift_row/) of the unit's row for ``run_id``; None when already logged."""
         doc = self.docs[unit.key]
         cells = [c.key for c in self.plan.cells(unit, self.hashes)]
         if doc.get("logged") == {"run_id": run_id, "cells": cells}:

@@ -1,11 +1,8 @@
 """Matrices stage: score rows -> seed-level drift matrices, summary scores, DVC metrics.
 
-Assembles exactly the cells of the current configuration (models, seeds, slices, settings: the
-plan of ``driftmatrix.units.plan``) from ``outputs/scores``; score files of other configurations are
-counted as stale and never averaged in. Numbers only (numpy and pandas): the heatmaps, the HTML
-report and the MLflow record of these matrices are the report stage's (``driftmatrix.stages.report``),
-so the time to a matrix pays for neither matplotlib nor an MLflow store.
-"""
+Assembles exactly the plan's cells from ``outputs/scores``; scores of other configurations are stale
+and never averaged in. Numbers only: figures, HTML and MLflow are the report stage's, so the time to
+a matrix pays for neither matplotlib nor an MLflow store."""
 
 from __future__ import annotations
 
@@ -34,13 +31,7 @@ DVC_MATRICES = Path("metrics/matrices")
 
 def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[str, Any]],
              metric, dataset: str, precision: str = "") -> DriftMatrices:
-    """The (S, K, K) seed stack of exactly the plan's cells (pure); unscored cells stay NaN.
-
-    ``docs``: unit key -> score document (``evaluation.ScoreStore``); ``metric``: the task's
-    ``tasks.Metric``. ``extra`` carries the cells' n_eval (of the first seed), the window, the
-    precision, how many cells are missing, and the unit key and measured training seconds of
-    every (seed, cutoff) (None where its score doc has none).
-    """
+    """The (S, K, K) seed stack of exactly the plan's cells (pure), unscored cells NaN, and ``extra``."""
     from driftmatrix.units.store import current_row
 
     K, S = len(plan.labels), len(plan.seeds)
@@ -65,8 +56,7 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
 
 def read_model(params: Params, model: str, manifest: Mapping[str, Any],
                scores_dir: str | Path) -> DriftMatrices | None:
-    """One model's matrices from the scores of its current plan; other score files are stale.
-    The plan is keyed with the environment the evaluate stage recorded (None: nothing scored)."""
+    """One model's matrices from its current plan's scores (None: nothing scored yet)."""
     from driftmatrix.data.table import DatasetMeta
     from driftmatrix.units.store import ScoreStore
     from driftmatrix.units.environment import Environment
@@ -131,10 +121,8 @@ def _is_matrix_file(path: Path) -> bool:
 
 
 def remove_stale(out_dir: Path, models: set[str]) -> list[Path]:
-    """Remove the files this stage wrote for models outside ``models`` (dropped from params.yaml,
-    or with nothing scored now): a drift-matrix JSON and its ``.csv`` / ``_std.csv`` beside it.
-    Run outside DVC (which empties the folder first), they would otherwise reach the report and
-    the advisor as current models. Other files are not the stage's and stay."""
+    """Remove this stage's matrix files of models outside ``models``: run outside DVC (which empties
+    the folder first), they would otherwise reach the report and the advisor as current models."""
     removed = []
     for path in sorted(out_dir.glob("*.json")):
         if path.stem in models or path.name == "summary.json" or not _is_matrix_file(path):
@@ -148,8 +136,7 @@ def remove_stale(out_dir: Path, models: set[str]) -> list[Path]:
 
 def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path,
                   plots_dir: Path | None = None) -> list[Path]:
-    """Matrix JSON/CSV per model, summary.{json,csv}, DVC metrics (and the long-format matrix
-    CSVs DVC plots, when ``plots_dir`` is given); returns the files written."""
+    """Matrix JSON/CSV per model, summary.{json,csv}, DVC metrics and plots; returns the files written."""
     from driftmatrix.reporting import dvcfiles, text
 
     out_dir.mkdir(parents=True, exist_ok=True)

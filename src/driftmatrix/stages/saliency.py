@@ -1,28 +1,8 @@
 """Saliency stage: maps, concentration table, figures and MLflow logging for chosen checkpoints.
 
-Reads ``params.yaml: saliency`` (see docs/explain-and-tune.md)::
-
-    saliency:
-      pairs:                      # (model, cutoff) checkpoints, cutoffs by slice label
-        - {model: CNN-S, cutoff: 1955}
-        - {model: MLP-S, cutoff: 1955}
-      eval_years: [1958, 1965]    # evaluation slices, by label
-      n_images: 500               # at most this many images of each evaluation year
-      batch_size: 128
-      block: 2                    # concentration scored over block x block cells (1 = pixels)
-
-For every pair, seed and evaluation year the images are the evaluation set of the drift-matrix
-cell (``evaluation.eval_mask``) subsampled to ``n_images`` with a seed fixed per evaluation year,
-so every model and cutoff of the same cell type looks at the same portraits.
-
-Writes under ``out`` (default ``outputs/saliency/``): ``arrays/<model>/cutoff<c>_eval<e>.npz``
-(``maps`` S x H x W per seed, ``mean``, ``seeds``, ``image`` mean image H x W x 3 in [0, 1],
-``rows`` the row indices used), ``saliency_eval<e>.png`` (models as rows, the mean image then one
-column per cutoff), ``concentration.csv`` (one row per model, cutoff, eval year and seed),
-``concentration_summary.csv`` (seed mean and std) and ``concentration.json`` (both). Scores:
-``top5_share`` / ``entropy`` of the mean map, ``top5_share_img`` / ``entropy_img`` the mean over
-images of the same scores of each image's own map; all over ``block x block`` cells.
-"""
+Reads ``params.yaml: saliency`` and writes under ``outputs/saliency/`` (both in
+docs/explain-and-tune.md). The images of a cell are its evaluation set subsampled with a seed fixed
+per evaluation year, so every model and cutoff of the same cell type looks at the same portraits."""
 
 from __future__ import annotations
 
@@ -71,8 +51,7 @@ def saliency_config(params: Params) -> SaliencyConfig:
 
 
 def applicable_pairs(cfg: SaliencyConfig, params: Params, labels: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
-    """The configured (model, cutoff) pairs that saliency can compute here, and why each other one
-    cannot: a model that is not configured or reads no images, a cutoff that is no slice label."""
+    """The configured (model, cutoff) pairs saliency can compute here, and why each other cannot."""
     from driftmatrix.models.catalog import REGISTRY
 
     kept, skipped = [], []
@@ -115,12 +94,7 @@ def pixel_batches(pixels, rows: np.ndarray, batch_size: int) -> Iterator:
 
 
 def forward_builder(exp):
-    """A function: loaded checkpoint -> (module, prepare) that runs it from [-1, 1] pixels.
-
-    Pixel models are used as they are. A frozen image encoder's head (``inputs="pooled"``) is
-    preceded by its frozen backbone (``explain.adapters``), loaded once here from ``params.yaml:
-    embed.sources`` when given; the gradient flows through the backbone.
-    """
+    """loaded checkpoint -> (module, prepare) from [-1, 1] pixels, through a frozen backbone if any."""
     if exp.spec.inputs == "pixels":
         return lambda model: (model, None)
     if exp.spec.inputs == "pooled" and exp.spec.modality == "image":
@@ -158,8 +132,7 @@ def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
 
 def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None]], rows: np.ndarray,
               batch_size: int, block: int = 1, checkpoints_dir: str | Path = "outputs/checkpoints") -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
-    """Mean saliency map per seed (S, H, W), the mean image (H, W, 3) in [0, 1], and per seed the
-    mean over images of the per-image concentration scores."""
+    """Per seed the mean saliency map (S, H, W) and mean concentration scores, and the mean image."""
     from driftmatrix.explain import concentration as conc
     from driftmatrix.explain.saliency import mean_saliency
 
@@ -316,8 +289,8 @@ def _live_runs(params: Params, dataset: str, model: str) -> dict[str, str]:
 
 
 def _log_runs(params: Params, logged, table, figures) -> None:
-    """Metrics and artifacts on the MLflow run of each checkpoint, through the client API: the
-    finished runs are not re-opened, so their recorded training times stay as they were."""
+    """Metrics and artifacts on each checkpoint's MLflow run through the client API: the finished
+    runs are not re-opened, so their recorded training times stay as they were."""
     import time
 
     import mlflow

@@ -1,12 +1,7 @@
 """Train stage: a fresh model per unit (model, cutoff i, seed) on the train splits of its window.
 
-The plan (``units.plan``) names the units of the current configuration by what made their
-numbers; a unit whose checkpoint folder is complete is done. The driver resolves the environment
-once and records it beside the checkpoints; workers (this process, local worker processes or Ray
-tasks, ``runtime.executor``) check that they compute the key they were handed, train and return
-weights (``units.experiment.train_task``); only this driver writes checkpoints, so a kill at any
-moment loses at most the units in flight. MLflow is the evaluate stage's business.
-"""
+Workers check that they compute the key they were handed, train and return weights; only this driver
+writes checkpoints, so a kill at any moment loses at most the units in flight."""
 
 from __future__ import annotations
 
@@ -73,12 +68,7 @@ def start_workers(params: Params, model: str, preload: Sequence[str] = WORKER_MO
 def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
         validation_dir: str | Path = "outputs/validation",
         features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
-    """Train every unit of ``model``'s plan that is not done, in the environment resolved here
-    (recorded beside the checkpoints for the later stages).
-
-    No MLflow here: the evaluate stage makes each unit's run from its checkpoint record together
-    with its drift-matrix row, so this process never imports MLflow or opens its store.
-    """
+    """Train every unit of ``model``'s plan not done yet (no MLflow: the evaluate stage makes the runs)."""
     from driftmatrix.audit.gate import overridden_checks
     from driftmatrix.units.code import undeclared
 

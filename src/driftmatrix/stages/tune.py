@@ -1,48 +1,27 @@
 """Hyperparameter search (Optuna) that never reads a row from after the tuning cutoff.
 
-Protocol (docs/explain-and-tune.md): for a tuning cutoff ``c`` and ``v`` validation periods the
-tuner may read D_<=c only, the train splits of slices 0..c (``training.cutoff_train_rows``), i.e.
-exactly what the cutoff-``c`` model of the study trains on. Inside it, an inner temporal split:
+For cutoff ``c`` and ``v`` validation periods the tuner reads only the train splits of slices 0..c,
+split into inner train (0..c-v) and validation (c-v+1..c); :func:`restrict` cuts the data down
+before :func:`objective` sees it (docs/explain-and-tune.md). A study per (dataset, model) lives in
+sqlite and resumes up to ``tune.n_trials``. Trials run on the stage executor through ask/tell, and
+the driver alone tells the study and logs runs, in trial order, so the study is the same on every
+executor. The best settings become ``presets/tuned/<dataset>-<model>.yaml``.
 
-- inner train: train splits of slices 0..c-v;
-- validation: train splits of slices c-v+1..c (the "future" of the inner model).
-
-No test row of any slice and no row of a slice after ``c`` is ever read: :func:`restrict` cuts
-the inputs and targets down to D_<=c before the objective sees them, and :func:`objective` is a
-function of that restricted data and a training config only (tests poison everything else). The
-score is the mean over the validation slices of the task's cell metric (``tasks.cell_score``),
-like the future mean of a drift-matrix row; it is reported after every epoch for median pruning.
-
-A study per (dataset, model) lives in sqlite storage; re-running the command resumes it up to
-``tune.n_trials`` finished trials (trials a killed process left RUNNING are marked FAIL first).
-Trials are work items of the stage executor (``driftmatrix.runtime.executor``: this process, or Ray tasks)
-through Optuna's ask/tell: the driver asks a round of ``tune.parallel`` trials, workers train and
-judge pruning against the trials finished when the round was asked (:class:`Pruning`), and the
-driver alone tells the study and writes each trial's MLflow run (tagged ``kind=tuning``), in trial
-order. The study is therefore the same on every executor; ``parallel: 1`` is Optuna's sequential
-``optimize``. The best parameters are written as a preset
-(``presets/tuned/<dataset>-<model>.yaml``) holding a ``models: {<model>: {...}}`` block and a
-``tuned: {<model>: {cutoff, study}}`` block that records where they were chosen.
-
-Methodological caveat (:func:`caveat`): the tuned settings are applied to *every* cutoff of the
-study, including those before the tuning cutoff, which then train with settings chosen on data
-from after their own cutoff. This is a deliberate choice (one configuration per model keeps the
-matrix rows comparable); it is written into the preset header, and :func:`tuned_caveats` gives the
-report its text for every tuned model.
-"""
+They apply to every cutoff, including those before the tuning cutoff (one configuration per model
+keeps the rows comparable); :func:`caveat` says so in the preset and the report."""
 
 from __future__ import annotations
 
 import copy
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from driftmatrix.config import ConfigError, Params, TrainConfig, build, fingerprint
+from driftmatrix.config import AT_LEAST_1, ConfigError, Params, TrainConfig, build, fingerprint
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +38,7 @@ TUNABLE = ("lr", "weight_decay", "epochs", "batch_size", "dropout", "grad_clip",
 @dataclass(frozen=True)
 class TuneConfig:
     cutoff: str  # label of the tuning cutoff slice: the last period the tuner may read
-    validation_periods: int = 2
+    validation_periods: int = field(default=2, metadata=AT_LEAST_1)
     n_trials: int = 20  # finished trials wanted in the study (a re-run tops it up)
     timeout: float | None = None  # seconds per invocation
     seed: int = 0  # model seed of every trial, and sampler seed
@@ -67,7 +46,7 @@ class TuneConfig:
     presets_dir: str = "presets/tuned"
     pruner_startup_trials: int = 3  # median pruning starts after this many finished trials
     pruner_warmup_epochs: int = 1  # and never prunes before this many epochs of a trial
-    parallel: int = 1  # trials per round: asked together, run at once on Ray, see earlier rounds only
+    parallel: int = field(default=1, metadata=AT_LEAST_1)  # trials per round, run at once; see earlier rounds only
     space: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_SPACE))
 
 
@@ -85,10 +64,6 @@ def tune_config(params: Params) -> TuneConfig:
         if not ok:
             raise ConfigError(f"params.yaml: tune.space.{name}: a list of choices or {{low, high, log?, step?}}, "
                               f"got {spec!r}")
-    if cfg.validation_periods < 1:
-        raise ConfigError("params.yaml: tune.validation_periods must be >= 1")
-    if isinstance(cfg.parallel, bool) or not isinstance(cfg.parallel, int) or cfg.parallel < 1:
-        raise ConfigError(f"params.yaml: tune.parallel must be an integer >= 1, got {cfg.parallel!r}")
     return cfg
 
 
@@ -164,34 +139,12 @@ def validation_score(model, data: TuningData, cfg: TrainConfig) -> float:
 
 def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any], seed: int, device,
               report: Callable[[int, float], None] | None = None) -> float:
-    """Train on the inner train rows with ``cfg``; validation score after the last epoch.
-
-    The model starts at the inner train rows' output prior (``models.heads.init_output_bias``), as
-    the study's models start at their cutoff's prior. ``report(epoch, score)`` is called after
-    every epoch (it may raise to prune the trial).
-    """
+    """Train on the inner train rows from their output prior; validation score after the last epoch."""
     from driftmatrix.models.heads import init_output_bias
     from driftmatrix.learn.tasks import make_loss
     from driftmatrix.learn.fit import fit
 
     model = new_model(seed)
-    if hasattr(model, "predict_arrays"):  # a tabular model: preprocessing and model fitted on the inner train rows
-        scores: list[float] = []
-
-        def report_epoch(epoch: int, _loss: float) -> None:
-            scores.append(validation_score(model, data, cfg))
-            model.train()
-            if report:
-                report(epoch, scores[-1])
-
-        model.fit(data.inputs, data.train_pos, data.targets_np, cfg, seed, device, report_epoch, loop=fit)
-        if not scores:  # fitted by its library in one go: one report
-            scores.append(validation_score(model, data, cfg))
-            if report:
-                report(0, scores[-1])
-        return scores[-1]
-    init_output_bias(model, data.task, data.targets_np[data.train_pos])
-    loss_fn = make_loss(data.task, data.targets_np[data.train_pos])
     scores: list[float] = []
 
     def on_epoch(epoch: int, _loss: float) -> None:
@@ -200,6 +153,13 @@ def objective(data: TuningData, cfg: TrainConfig, new_model: Callable[[int], Any
         if report:
             report(epoch, scores[-1])
 
+    if hasattr(model, "predict_arrays"):  # a tabular model: preprocessing and model fitted on the inner train rows
+        model.fit(data.inputs, data.train_pos, data.targets_np, cfg, seed, device, on_epoch, loop=fit)
+        if not scores:  # fitted by its library in one go: one report
+            on_epoch(0, 0.0)
+        return scores[-1]
+    init_output_bias(model, data.task, data.targets_np[data.train_pos])
+    loss_fn = make_loss(data.task, data.targets_np[data.train_pos])
     fit(model, data.inputs, data.targets, data.train_pos, cfg, loss_fn, seed, device, on_epoch)
     return scores[-1] if scores else validation_score(model, data, cfg)
 
@@ -242,14 +202,6 @@ def has_dropout(model) -> bool:
 
 
 # --- the study (side effects: storage, MLflow, preset file) ---------------------------------------
-def study_name(dataset: str, model: str) -> str:
-    return f"{dataset}-{model}"
-
-
-def trial_run_name(model: str, number: int) -> str:
-    return f"tune · {model} · trial {number}"
-
-
 def _storage_url(url: str) -> str:
     if url.startswith("sqlite:///"):
         Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
@@ -296,9 +248,7 @@ class TuneRecipe:
 
 @dataclass(frozen=True)
 class Pruning:
-    """What a trial's pruning decisions see: the median pruner's settings and the study's trials
-    finished when its round was asked. Workers judge against this copy and never touch the live
-    study; with one trial per round it is exactly what the live study would show."""
+    """The pruner's settings and the trials finished when a round was asked, for workers to judge by."""
 
     direction: str  # maximize | minimize
     startup_trials: int
@@ -327,11 +277,10 @@ class TrialItem:
 
 
 def trial_task(ctx: TuneContext, item: TrialItem) -> dict[str, Any]:
-    """Worker side of one trial: train with its settings, judge pruning after every epoch, and return
-    the per-epoch validation scores (writes nothing: the driver tells the study and logs MLflow)."""
+    """Worker side of one trial: train, judge pruning after every epoch, return the epoch scores."""
     import optuna
 
-    cfg = build(TrainConfig, {**_asdict(ctx.exp.cfg), **item.overrides}, "tune trial")
+    cfg = build(TrainConfig, {**asdict(ctx.exp.cfg), **item.overrides}, "tune trial")
     judge = item.pruning.judge()
     epochs: list[tuple[int, float, float]] = []  # (epoch, score, unix time)
 
@@ -354,12 +303,9 @@ def optimize(study, n_trials: int, cfg: TuneConfig, skip: tuple[str, ...], execu
              context: TuneContext | None, record: Callable[[Any, Mapping[str, Any], Any], None]) -> int:
     """Run ``n_trials`` trials in rounds of ``cfg.parallel``; returns how many were started.
 
-    A round's trials are asked together, run through ``executor`` (at once on Ray) and then told,
-    with ``record(trial, overrides, result)``, in trial order (``result`` None: it did not finish).
-    Each trial sees the results of earlier rounds only, so the study does not depend on the executor
-    or on which trial finished first; ``parallel: 1`` is Optuna's sequential ``optimize``. Like
-    ``optimize``, no round starts once ``cfg.timeout`` seconds have passed.
-    """
+    A round's trials are asked together, run through ``executor`` and told with ``record(trial,
+    overrides, result)`` in trial order, so each sees only earlier rounds and the study does not
+    depend on the executor; no round starts after ``cfg.timeout`` seconds."""
     from optuna.trial import TrialState
 
     from driftmatrix.runtime.executor import Progress
@@ -394,8 +340,7 @@ def optimize(study, n_trials: int, cfg: TuneConfig, skip: tuple[str, ...], execu
 
 
 def tell(study, trial, result: Mapping[str, Any] | None) -> str:
-    """Give the study a trial's result (its epochs reported first, as the trial itself would have);
-    returns the state: complete, pruned or failed."""
+    """Give the study a trial's result, its epochs reported first; returns complete, pruned or failed."""
     from optuna.trial import TrialState
 
     if result is None:
@@ -431,7 +376,7 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
     skip = () if has_dropout(exp.new_model(0)) else ("dropout",)
     setup = fingerprint(model, exp.manifest["data_version"], cfg.cutoff, cfg.validation_periods,
                         dict(cfg.space), exp.cfg, cfg.seed)
-    name = study_name(exp.dataset, model)
+    name = f"{exp.dataset}-{model}"
     url = _storage_url(storage or cfg.storage)
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(
@@ -459,7 +404,7 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
     def record(trial, overrides: Mapping[str, Any], result: Mapping[str, Any] | None) -> None:
         state = tell(study, trial, result)
         if exp_id is not None:
-            _log_trial(exp_id, trial_run_name(model, trial.number),
+            _log_trial(exp_id, f"tune · {model} · trial {trial.number}",
                        {**info, "trial": str(trial.number), "git_commit": commit},
                        {**overrides, "train_rows": len(data.train_pos), "val_rows": len(data.val_pos),
                         "train_slices": f"{train_slices[0]}..{train_slices[1]}",
@@ -488,10 +433,7 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
 
 
 def caveat(model: str, cutoff: str, labels: Sequence[str] | None = None) -> str:
-    """The caveat of applying settings tuned at ``cutoff`` to every cutoff (one paragraph).
-
-    With the study's slice ``labels`` it names the cutoffs before ``cutoff`` that are affected.
-    """
+    """The caveat of applying settings tuned at ``cutoff`` to every cutoff, naming the affected ``labels``."""
     cutoff = str(cutoff)
     before = ""
     if labels is not None and cutoff in [str(x) for x in labels]:
@@ -518,12 +460,6 @@ def tuned_caveats(params: Params, labels: Sequence[str] | None = None) -> dict[s
     return out
 
 
-def _asdict(cfg: TrainConfig) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(cfg)
-
-
 def _mlflow_setup(params: Params, study: str) -> str:
     """Configure MLflow; close runs of this study that a killed process left RUNNING."""
     from mlflow.tracking import MlflowClient
@@ -540,8 +476,7 @@ def _mlflow_setup(params: Params, study: str) -> str:
 
 def _log_trial(exp_id: str, run_name: str, tags: Mapping[str, str], logged: Mapping[str, Any],
                result: Mapping[str, Any] | None, state: str) -> None:
-    """A trial's MLflow run, written by the driver from its result with the worker's times: params,
-    ``val_score`` per epoch, ``objective`` when complete, tag ``state``; FAILED when it did not finish."""
+    """A trial's MLflow run, written by the driver from its result with the worker's times."""
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
@@ -581,8 +516,7 @@ def _preset_header(name, url, best, n_complete, metric_name, cfg: TuneConfig, tr
 
 def write_preset(presets_dir: Path, dataset: str, model: str, best_params: Mapping[str, Any],
                  header: str = "", tuned: Mapping[str, Any] | None = None) -> Path:
-    """``<presets_dir>/<dataset>-<model>.yaml``: a ``models: {<model>: {...}}`` override block, and
-    with ``tuned`` a ``tuned: {<model>: {cutoff, study}}`` block saying where it was chosen."""
+    """``<presets_dir>/<dataset>-<model>.yaml``: the ``models:`` block, and ``tuned:`` saying where."""
     import yaml
 
     values = {k: (float(v) if isinstance(v, float) else v) for k, v in best_params.items()}

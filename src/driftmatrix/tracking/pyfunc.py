@@ -1,37 +1,12 @@
 """Registered versions as MLflow pyfunc models: packaged from code, loaded without pickle, served.
 
-Each unit's MLflow run holds its ``model`` artifact as an MLflow model folder::
-
-    MLmodel                      pyfunc flavour (loader: models from code), signature, config
-    pyfunc_model.py              the model's code: ``set_model(UnitModel())`` (driftmatrix/pyfunc_model.py)
-    artifacts/model.safetensors  the unit's weights (the checkpoint's, byte for byte)
-    artifacts/model.json         how to rebuild the network (``checkpoints.load_model_folder``)
-    artifacts/unit.json          the unit's record (what trained it, on which rows)
-    input_example.json, serving_input_example.json, requirements.txt, python_env.yaml, conda.yaml
-
-Nothing in it is a pickle, and loading unpickles nothing: MLflow runs ``pyfunc_model.py``, which
-builds :class:`UnitModel`; that rebuilds the network from ``model.json`` and reads the weights
-with safetensors (a tabular unit: its skops parts with the types this project trusts, a
-LightGBM booster from its text, MLP-Tab's tensors; ``checkpoints.load_model_folder``).
-
-What is served is what was scored: raw records go in and :func:`model_inputs` reads each kind
-as the pipeline does (images through ingestion's decoder, texts as ingestion reads a field and
-then the embed stage's encoder code, feature rows through ingestion's value parsers), and
-:func:`forward` runs the network as the evaluate stage does (``training.predict``, the recorded
-precision, channels-last for convolutional models). ``driftmatrix estimate --data`` uses the same
-two functions. Class probabilities (or the regression value) come out as a DataFrame with one
-named column per class; bad input is an ``INVALID_PARAMETER_VALUE`` error (HTTP 400) naming it.
-
-Writing a model with ``mlflow.pyfunc.save_model`` takes most of a second, so
-:class:`ModelFolders` saves it once per model (a template) and makes each unit's folder from
-it: the template's files, the unit's weights, description and record, and a fresh ``MLmodel``
-identity (a few milliseconds).
-
-:func:`load` is the one loading path of this package (``tracking.load_registered`` calls it):
-it checks that a downloaded folder is such a model (only the pyfunc flavour, loaded from this
-package's own code file, no pickled model, a ``model.json`` asking for nothing this project does
-not trust) and then calls ``mlflow.pyfunc.load_model``.
-"""
+A unit's ``model`` artifact holds ``pyfunc_model.py`` (``set_model(UnitModel())``), the checkpoint's
+weights as safetensors, ``model.json`` (how to rebuild the network) and ``unit.json`` (its record):
+nothing in it is a pickle. What is served is what was scored: raw records are read as ingestion
+reads them (``features.transform``) and the network runs as the evaluate stage runs it.
+:class:`ModelFolders` saves one template per model (``save_model`` takes most of a second) and
+stamps each unit's folder from it. :func:`load`, the package's one loading path, verifies a
+downloaded folder before ``mlflow.pyfunc.load_model``."""
 
 from __future__ import annotations
 
@@ -75,12 +50,8 @@ INPUT_KINDS = ("pixels", "token_states", "pooled", "none", "table")
 # --- the model ------------------------------------------------------------------------------------
 class UnitModel(PythonModel):
     """One trained unit: ``predict`` turns images, texts or feature rows into class probabilities.
-
-    ``context.model_config`` (the ``config`` of the MLmodel's pyfunc flavour, see
-    :func:`serving_config`) says what the network reads (``inputs``), the output columns, the
-    image shape, the encoder of cached-feature models and the precision its unit was scored in.
-    Pass ``model_config={"device": "cuda"}`` to ``mlflow.pyfunc.load_model`` to predict on a GPU.
-    """
+    ``context.model_config`` (:func:`serving_config`) says what the network reads; pass
+    ``model_config={"device": "cuda"}`` to ``mlflow.pyfunc.load_model`` to predict on a GPU."""
 
     # The signature in MLmodel, not predict's type hints, says what goes in (MLflow enforces it
     # before predict): no type-hint wrapper, and no advice to add hints at every load.
@@ -110,8 +81,7 @@ class UnitModel(PythonModel):
 
 def project_params(model: str | None) -> None:
     """Parse the working folder's ``params.yaml`` unless this process already knows ``model``'s
-    estimator (``models.custom.ESTIMATORS``): the loading project decides what a stored estimator
-    may build (``models.tabular.loading_trust``)."""
+    estimator: the loading project decides what a stored estimator may build."""
     from driftmatrix.config import ConfigError, load_params
     from driftmatrix.models import spec as custom
 
@@ -122,16 +92,14 @@ def project_params(model: str | None) -> None:
 
 # --- what goes in ---------------------------------------------------------------------------------
 class BadInput(MlflowException, DataError):
-    """Input a model cannot read, named: ``INVALID_PARAMETER_VALUE`` (an HTTP 400 from ``mlflow
-    models serve``), and a one-line error on the command line."""
+    """Input a model cannot read: an HTTP 400 when served, one line on the command line."""
 
     def __init__(self, message: str):
         super().__init__(message, error_code=INVALID_PARAMETER_VALUE)
 
 
 def serving_config(params, exp, image_shape: Sequence[int] | None) -> dict[str, Any]:
-    """The pyfunc flavour's ``config`` of one model: all a unit's ``predict`` needs beyond its
-    weights (the same for every unit of the model)."""
+    """The pyfunc flavour's ``config``: all a model's units need to ``predict`` beyond their weights."""
     from driftmatrix.features import cache, encoders
 
     spec, meta = exp.spec, exp.meta
@@ -159,11 +127,9 @@ def serving_config(params, exp, image_shape: Sequence[int] | None) -> dict[str, 
 
 
 def signature(config: Mapping[str, Any]):
-    """Inputs: a uint8 tensor (-1, H, W, 3) for image datasets; for a feature table its raw feature
-    columns, each required and of any type (MLflow would refuse integers for a double and the
-    float pandas makes of an integer category with blanks; :func:`as_frame` reads them as ingestion
-    does); for text one column of any type (a NaN is empty text, :func:`as_texts`). Outputs: one
-    double column per class (or ``prediction``)."""
+    """Inputs: uint8 images (-1, H, W, 3), a table's raw feature columns of any type (MLflow would
+    refuse an integer for a double; :func:`as_frame` reads them as ingestion does) or one text
+    column. Outputs: one double column per class (or ``prediction``)."""
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, DataType, Schema, TensorSpec
     from mlflow.types.schema import AnyType
@@ -205,8 +171,7 @@ def input_example(config: Mapping[str, Any], slices_dir: str | Path | None):
 
 
 def requirements(config: Mapping[str, Any] | None = None) -> list[str]:
-    """Pinned pip requirements of a model (the libraries its code imports; driftmatrix itself
-    is this project's package, installed in the environment that loads it)."""
+    """Pinned pip requirements of a model: the libraries its code imports."""
     from importlib import metadata
 
     names = ["mlflow", "torch", "safetensors", "numpy", "pandas", "pillow"]
@@ -240,9 +205,7 @@ def save_template(path: Path, unit_folder: Path, config: Mapping[str, Any], exam
 
 @contextlib.contextmanager
 def quiet_mlflow():
-    """MLflow's per-call notices stay off the terminal: "Created version ..." lines, type-hint
-    advice and artifact download bars (its logger at ERROR; warnings, stdout and stderr caught).
-    Here rather than in ``tracking``, which imports this module (and not the reverse)."""
+    """Keep MLflow's per-call notices (version lines, type-hint advice, download bars) off the terminal."""
     import warnings
 
     logger = logging.getLogger("mlflow")
@@ -258,8 +221,7 @@ def quiet_mlflow():
 
 
 def stamp(template: Path, unit_folder: Path, dest: Path) -> Path:
-    """The unit's model folder from a template: its files (linked where the file system allows),
-    the unit's artifacts, and an ``MLmodel`` with its own uuid, creation time and size."""
+    """The unit's model folder from a template: its files linked, its artifacts, a fresh ``MLmodel``."""
     import yaml
 
     dest.mkdir(parents=True)
@@ -292,9 +254,7 @@ def _link_or_copy(src: Path, dst: Path) -> None:
 
 
 class ModelFolders(Mapping):
-    """unit key -> the unit's MLflow model folder, made on first access (in a temporary folder
-    that lives as long as the ``with`` block): what ``tracking.sync_units`` logs as each run's
-    ``model``. The template is saved at the first access (once per model and sync)."""
+    """unit key -> the unit's MLflow model folder, made on first access inside the ``with`` block."""
 
     def __init__(self, params, exp, folders: Mapping[str, Path], slices_dir: str | Path | None = None):
         self.params, self.exp, self.folders = params, exp, dict(folders)
@@ -355,11 +315,10 @@ class NotAModel(ValueError):
 
 
 def verify(folder: str | Path, name: str | None = None) -> dict[str, Any]:
-    """Refuse (``NotAModel``, naming the version ``name`` or the folder) a downloaded model folder
-    unless it is what :class:`ModelFolders` writes: only the pyfunc flavour, MLflow's
-    models-from-code loader, this package's own code file (byte for byte), no pickled Python model,
-    no extra code paths, its artifacts inside the folder, a ``model.json`` of the model it claims
-    to be that asks for nothing this project does not trust. Returns the flavour's config."""
+    """Refuse (``NotAModel``) a downloaded model folder unless it is what :class:`ModelFolders`
+    writes: only the pyfunc flavour from this package's own code file, no pickled model or extra
+    code paths, and a ``model.json`` that asks for nothing this project does not trust. Returns
+    the config."""
     import yaml
 
     folder = Path(folder)
@@ -393,8 +352,7 @@ def verify(folder: str | Path, name: str | None = None) -> dict[str, Any]:
 
 
 def _description_problems(path: Path, config: Mapping[str, Any]) -> list[str]:
-    """What is wrong with a version's ``model.json`` for the loader: another model than its
-    MLmodel says, an unknown format, or a tabular unit asking to trust what this project does not."""
+    """What is wrong with a version's ``model.json`` for the loader, if anything."""
     try:
         desc = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
@@ -420,10 +378,7 @@ def _digest(path: Path) -> str:
 
 
 def load(uri: str, model_config: Mapping[str, Any] | None = None):
-    """``mlflow.pyfunc.load_model`` of a driftmatrix model (``models:/...``, ``runs:/...`` or a
-    folder), after :func:`verify` has checked the downloaded folder. Its ``predict`` takes images,
-    texts or feature rows and returns class probabilities; ``.unwrap_python_model().network`` is
-    the torch module (a tabular model: ``models.tabular.TabularModel``)."""
+    """``mlflow.pyfunc.load_model`` of a driftmatrix model after :func:`verify` checked its folder."""
     import mlflow
 
     from driftmatrix.models.tabular import UntrustedModel

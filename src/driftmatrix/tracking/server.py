@@ -1,19 +1,10 @@
 """A shared MLflow tracking server: how the pipeline talks to one.
 
-Talking to a server (``MLFLOW_TRACKING_URI=http://...``):
-
-- **Retries** (:func:`http_retry_defaults`): MLflow retries a failed request itself (connection
-  refused or reset, HTTP 429/500/502/503/504) with exponential backoff, logging each retry through
-  ``urllib3`` ("Retrying (Retry(total=3, ...)) after connection broken by ..."). Its defaults
-  (7 retries, factor 2) wait about four minutes before a request fails; the pipeline sets 4
-  retries, factor 1, jitter 1 s (about 15-20 s: waits of 0, 2, 4 and 8 s plus jitter) unless the
-  user set ``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` / ``_BACKOFF_FACTOR`` / ``_BACKOFF_JITTER``
-  themselves: a server restart of a few seconds is bridged, a server that is down stops the
-  stage within half a minute instead of four.
-- **A server that stays down** (:func:`explain`, :func:`server_errors`): the stage stops with one
-  line naming the server, no traceback (``driftmatrix`` prints it as ``error: ...``, exit status 2). Nothing is lost: the checkpoints are the record,
-  and the next run's sync completes MLflow from them (a run left half-written is deleted then).
-"""
+:func:`http_retry_defaults`: MLflow's own retry defaults wait about four minutes before a request
+fails; the pipeline sets about 15-20 s unless the user set ``MLFLOW_HTTP_REQUEST_*`` themselves, so
+a server restart is bridged and a server that is down stops the stage within half a minute.
+:func:`explain`: a server that stays down stops the stage with one line, no traceback; nothing is
+lost, as the next run's sync completes MLflow from the checkpoints."""
 
 from __future__ import annotations
 
@@ -49,8 +40,7 @@ _SECRETS = (re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^/\s@]+@"),  #
 
 
 def redact(text: str) -> str:
-    """``text`` with the credentials of every URI in it masked (``user:***@``, ``password=***``):
-    how any URI is printed (error lines, logs, files)."""
+    """``text`` with every URI's credentials masked: how any URI is printed."""
     for pattern in _SECRETS:
         text = pattern.sub(r"\1***@" if pattern is _SECRETS[0] else r"\1***", text)
     return text

@@ -1,11 +1,7 @@
 """Where to point a browser: the URL of the experiment's runs table in the MLflow UI (`make ui`).
 
-    python -m driftmatrix.tracking.ui [--params params.yaml] [--uri STORE] [--host H] [--port P]
-
-The MLflow 3 web app routes with a hash (``/#/experiments/<id>/runs``); the id is looked up
-in the store by the experiment name in ``params.yaml`` (``tracking.experiment``). A missing
-SQLite store is reported, not created.
-"""
+The MLflow 3 web app routes with a hash (``/#/experiments/<id>/runs``); a missing SQLite store is
+reported, not created."""
 
 from __future__ import annotations
 

@@ -1,26 +1,12 @@
 """What made a number, beyond data and settings: the code on its path and the environment.
 
-A unit's key (``driftmatrix.units.plan``) covers the code that trains it and the environment that
-computed it; a cell's key adds the code and format that score it. So:
-
-- **Code** is digested per definition from the parsed source, never imported (:func:`reach`):
-  what a unit's computation reaches from :data:`TRAIN_ROOTS` and its model's own code
-  (:func:`model_roots`), and a cell's from :data:`SCORE_ROOTS`. Comments, docstrings, formatting
-  and statements that only log change nothing; a changed statement changes the keys of exactly
-  the units and cells that reach it. dvc.yaml's stages depend on the files holding that code
-  (tests/units/test_provenance.py checks it).
-- **Environment** (:class:`Environment`): resolved precision, device kind, CPU thread count (a
-  CPU result depends on it) and the versions of the numeric libraries. The train stage resolves
-  it once, records it beside the checkpoints, ships it to every worker, and each worker checks
-  that it computes the key it was handed. Later stages read the recorded one instead of resolving
-  their own, so a key never depends on which machine runs ``matrices`` or ``status``.
-- **Other libraries** key only the units they compute: scipy, scikit-learn, LightGBM for tabular
-  models (``models.custom.library_versions``); transformers, tokenizers or timm, and the encoder's
-  weights by content, for those that read its features (``features.cache.features_identity``).
-- **Hardware** (CPU instruction set and model, GPU model) is recorded with each unit and names
-  its run, not its key: oneDNN picks kernels per instruction set, so CNNs can differ in the last
-  bits across CPUs, and a sync supersedes only runs of the same hardware (``tracking.plan_runs``).
-"""
+Code is digested per definition from the parsed source, never imported (:func:`reach`): what a unit
+reaches from :data:`TRAIN_ROOTS` and its model's own code (:func:`model_roots`), and a cell from
+:data:`SCORE_ROOTS`. Comments, docstrings, formatting and statements that only log change nothing; a
+changed statement changes the keys of exactly the units and cells that reach it (dvc.yaml's deps are
+checked against it by tests/units/test_provenance.py). The environment (``units.environment``) and a
+model's libraries (``models.custom.library_versions``) key units by value; hardware names a unit's
+run, not its key (oneDNN picks kernels per instruction set)."""
 
 from __future__ import annotations
 
@@ -100,9 +86,7 @@ def _defs(body: list[ast.stmt]) -> dict[str, list[ast.stmt]]:
 
 
 class _Module:
-    """A parsed module without docstrings, reporting statements or imports: its definitions,
-    class members, the names its imports bind (a function's own in its ``.binds``), the modules
-    it imports, and its other top-level statements (``init``: they run at import time)."""
+    """A parsed module without docstrings, reporting statements or imports, with its definitions and binds."""
 
     def __init__(self, name: str, path: Path):
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -182,9 +166,7 @@ def _mro(module: str, cls: str) -> tuple[tuple[str, str], ...]:
 
 
 class _Refs(ast.NodeVisitor):
-    """What code references: project definitions (``refs``), methods called on values of unknown
-    type (``wishes``: ``(None, name)``; ``(class, name)`` for ``self.name``, which a subclass may
-    override) and the library names it binds (``libs``, e.g. ``np=numpy``). Annotations are skipped."""
+    """What code references: project definitions, methods called on values of unknown type, library names."""
 
     def __init__(self, mod: _Module, cls: tuple[str, str] | None):
         self.mod, self.cls, self.env = mod, cls, {}
@@ -238,9 +220,8 @@ class _Refs(ast.NodeVisitor):
 @functools.lru_cache(maxsize=None)
 def _symbol(module: str, name: str, entry: str = ""):
     """(sha256 of the definition's syntax tree or "", what it references) for ``name`` in
-    ``module``: a function, a class (its whole body), a class member or a module-level assignment;
-    ``<import>``: the module's import-time statements that touch a library; ``entry``: the one
-    entry of a :data:`DISPATCH` table that a model's code holds."""
+    ``module``; ``<import>``: the module's import-time statements that touch a library;
+    ``entry``: the one entry of a :data:`DISPATCH` table that a model's code holds."""
     mod = _module(module)
     cls_name, _, member = name.partition(".")
     nodes = mod.members[cls_name][member] if member else mod.init if name == "<import>" else mod.defs[name]
@@ -258,14 +239,12 @@ def _symbol(module: str, name: str, entry: str = ""):
 
 
 def reach(roots: Iterable[str], entry: str = "") -> tuple[dict[tuple[str, str], str], set[str]]:
-    """Every project definition that code from ``roots`` (qualified names) reaches, with its
-    digest ("" for none), and the library names it binds. Followed: names through each module's
-    imports (top-level and in functions, relative ones too), module attributes, ``self.x`` and
-    ``super().x`` through the class and its project bases, whole class bodies, constants, a
-    module's import-time statements. A method called on a value of unknown type
-    (``inputs.batch(idx)``) reaches every member of that name of the classes in the modules
-    reached, until nothing changes: deterministic and conservative (more code than runs, never
-    less). Not followed: :data:`KEYED_BY_VALUE`; ``entry``: the Builder's class name (:data:`DISPATCH`)."""
+    """Every project definition that code from ``roots`` reaches, with its digest ("" for none), and
+    the library names it binds.
+
+    A method called on a value of unknown type (``inputs.batch(idx)``) reaches every member of that
+    name of the classes in the modules reached, until nothing changes: conservative (more code than
+    runs, never less). Not followed: :data:`KEYED_BY_VALUE`; ``entry``: see :data:`DISPATCH`."""
     seen: dict[tuple[str, str], str] = {}
     wishes: set = set()
     libs: set[str] = set()
@@ -293,17 +272,14 @@ def reach(roots: Iterable[str], entry: str = "") -> tuple[dict[tuple[str, str], 
 
 @functools.lru_cache(maxsize=None)
 def code_key(roots: tuple[str, ...], entry: str = "") -> str:
-    """One digest of the code ``roots`` reach (:func:`reach`): each definition by its name in its
-    module (a definition moved unchanged keeps the key) and the library names it binds."""
+    """One digest of the code ``roots`` reach, each definition by name (moved unchanged, it keeps the key)."""
     seen, libs = reach(roots, entry)
     lines = sorted(f"{name} {sha}" for (_, name), sha in seen.items() if sha) + sorted(libs)
     return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def model_roots(build, estimator: str = "") -> tuple[str, ...]:
-    """A model's own roots: its builder module's ``build``, the class its ``Builder.cls`` names
-    there (not the module's other classes) and a named estimator's class when it is project code
-    (an installed library's is keyed by its version: ``models.custom.library_versions``)."""
+    """A model's own roots: its module's ``build``, its ``Builder.cls`` class, a project estimator's class."""
     extra = [f"{build.module}.{build.cls}" if build.cls else "", estimator]
     return (f"{build.module}.build", *(r for r in extra if r and (_resolve(r) or ("", ""))[1]))
 

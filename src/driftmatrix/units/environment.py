@@ -1,13 +1,9 @@
 """What computed a unit beyond its code and data: the resolved precision, device kind, CPU threads
 (a CPU result depends on them) and the versions of the libraries that compute it.
 
-The train stage resolves the environment once (:func:`resolve_environment`), records it beside
-the checkpoints, ships it to every worker, and each worker checks that it computes the key it
-was handed. Later stages read the recorded one (:func:`recorded_environment`), so a key never
-depends on which machine runs ``matrices`` or ``status``. Libraries beyond torch and numpy key
-only the units they compute (:func:`model_libraries`; encoders: ``features.cache``). Hardware
-(CPU instruction set, GPU model) is recorded with each unit and names its runs, not its key.
-"""
+The train stage resolves it once, records it beside the checkpoints and ships it to every worker,
+which checks the key it was handed; later stages read the recorded one, so a key never depends on
+which machine runs ``matrices`` or ``status``. Hardware names a unit's runs, not its key."""
 
 from __future__ import annotations
 
@@ -36,8 +32,7 @@ def resolve_environment(params: Params, model: str) -> Environment:
 
 def recorded_environment(params: Params, model: str, checkpoints_dir: str | Path,
                          resolve_if_missing: bool = False) -> Environment:
-    """The environment the train stage recorded for ``model``; before any training, this machine's
-    (``resolve_if_missing``) or a one-line error."""
+    """The environment the train stage recorded for ``model`` (before training: ``resolve_if_missing``)."""
     raw = CheckpointStore(checkpoints_dir, model).environment()
     if raw is not None:
         return Environment.from_dict(raw)
@@ -85,8 +80,7 @@ def content_digest(path: str | Path) -> str:
 
 @dataclass(frozen=True)
 class Environment:
-    """What computed a unit: the keyed part (precision, device kind, threads on CPU, libraries)
-    and, recorded only, the hardware."""
+    """What computed a unit: the keyed part (precision, device, CPU threads, libraries) and the hardware."""
 
     precision: str
     device: str  # device kind: cpu | cuda
@@ -140,11 +134,8 @@ def hardware(device) -> str:
 
 def environment_of(precision: str, device: str, threads: int, *, remote_gpus: bool = False) -> Environment:
     """The environment of ``train.precision`` / ``train.device`` on this machine (the driver's).
-
-    ``remote_gpus``: units run as Ray tasks that each ask for a GPU, so ``device: auto`` means CUDA
-    even where the driver itself has none; ``precision: auto`` then needs the driver to see one
-    (else fp32, logged), so set bf16 or fp32 explicitly for such clusters.
-    """
+    ``remote_gpus``: Ray units that each ask for a GPU, so ``device: auto`` means CUDA even where
+    the driver has none (``precision: auto`` then falls back to fp32 unless the driver sees one)."""
     from driftmatrix.config import ConfigError
     from driftmatrix.learn.precision import resolve_device, resolve_precision
 
@@ -165,10 +156,8 @@ SCIPY_KINDS = ("LogReg", "HistGBT", "Custom")
 
 
 def model_libraries(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
-    """Versions of the libraries that compute a tabular model's numbers (keyed with its units):
-    scikit-learn (preprocessing), skops (storage), scipy for the scikit-learn estimators (LogReg's
-    solver, the losses), LightGBM for ``LightGBM``, and for a named estimator the distributions of
-    its top-level package. Read from package metadata (no import)."""
+    """Versions of the libraries that compute a tabular model's numbers (scikit-learn, skops, scipy,
+    LightGBM, a named estimator's distributions), read from package metadata without import."""
     from importlib import metadata
 
     version = package_version
@@ -185,8 +174,7 @@ def model_libraries(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
 
 
 def where() -> dict[str, str]:
-    """Where this process computes: ``host`` (its hostname) and, inside a Ray worker or driver,
-    ``ray_node`` (the Ray node id). Recorded with each unit: which node of a cluster trained it."""
+    """Where this process computes: ``host`` and, under Ray, ``ray_node``; recorded with each unit."""
     import socket
 
     out = {"host": socket.gethostname()}

@@ -30,9 +30,7 @@ log = logging.getLogger(__name__)
 
 
 class ExperimentInfo:
-    """What a stage process knows of one model's experiment without torch: config, slices (rows,
-    labels, targets), metric and plan. Enough to plan, record and track; :class:`Experiment` adds
-    the inputs and the device for computing."""
+    """A model's experiment as a stage knows it without torch; :class:`Experiment` adds inputs and device."""
 
     def __init__(self, params: Params, model: str, slices_dir: str | Path, env: Environment):
         from driftmatrix.data.table import DatasetMeta
@@ -59,8 +57,7 @@ class ExperimentInfo:
 
 
 class Experiment(ExperimentInfo):
-    """Everything one model's stages compute with: :class:`ExperimentInfo` plus the targets and
-    inputs on the device."""
+    """:class:`ExperimentInfo` plus the targets and inputs on the device: what stages compute with."""
 
     def __init__(self, params: Params, model: str, slices_dir: str | Path,
                  features_dir: str | Path = "outputs/features", env: Environment | None = None):
@@ -155,8 +152,7 @@ class ExperimentRecipe:
 
 
 def check_key(exp: Experiment, unit: Unit) -> None:
-    """Raise unless this process computes ``unit`` under the key it was handed: the same code and
-    data (its own plan gives the same key) and the same libraries, device and threads."""
+    """Raise unless this process computes ``unit`` under the key it was handed (code, data, environment)."""
     import torch
 
     from driftmatrix.units.environment import library_versions
@@ -174,8 +170,7 @@ def check_key(exp: Experiment, unit: Unit) -> None:
 
 
 def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
-    """Worker side of one unit: check its key, train it and return its weights and numbers (writes
-    nothing), with the hardware that computed it and where (host, Ray node)."""
+    """Worker side of one unit: check its key, train, return weights, numbers and hardware (no writes)."""
     from driftmatrix.units.environment import where
     from driftmatrix.units.environment import hardware
 
@@ -192,8 +187,7 @@ def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
 
 def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Mapping[str, Any],
                 tags: Mapping[str, str] = ()) -> dict:
-    """The sidecar of a finished unit: what MLflow's run is later made from (``tags``: extra run
-    tags known only at training time, e.g. the validation checks a user overrode)."""
+    """The sidecar of a finished unit, what its MLflow run is later made from (``tags``: extra tags)."""
     from dataclasses import asdict as as_dict
 
     params = {**as_dict(exp.cfg), "model": unit.model, "family": unit.family, "inputs": exp.spec.inputs,

@@ -1,19 +1,12 @@
 """Units of work and drift-matrix cells, keyed by exactly what they read (pure; no I/O).
 
-- A **unit** is one (dataset, model, cutoff, seed) training job. Its key hashes the model's
-  identity, the training settings that change its numbers (:data:`UNIT_SETTINGS`: not the seed
-  list, evaluation batch size or tracking settings), its seed, the content hashes of the slices
-  in its window (not the window's name: the same rows train the same model), the digest of the
-  code on its training path and its resolved environment (``driftmatrix.units.code``). Appending
-  a later slice therefore changes no earlier unit's key, adding a seed adds only that seed's
-  units, late rows in slice j change exactly the units whose window holds j, and a changed
-  statement on a model's training path changes exactly that model's units.
-- A **cell** is one score M[i, j] of a unit: its key adds slice j's content hash, which
-  evaluation set it reads (the test split for j <= i, the whole slice for j > i) and how it is
-  scored (metric, score format, scoring code).
-- The **plan** of a model is every unit and cell of the current configuration. The train,
-  evaluate, status and matrices stages all read it; whatever else is on disk is stale.
-"""
+A **unit** is one (dataset, model, cutoff, seed) training job; its key hashes the model's identity,
+the settings that change its numbers (:data:`UNIT_SETTINGS`), its seed, the content hashes of its
+window's slices, its code digest and environment. So appending a slice changes no earlier unit,
+adding a seed adds only its units, and late rows in slice j change exactly the units whose window
+holds j. A **cell** M[i, j] adds slice j's hash, its evaluation set and its scoring. The **plan** of
+a model, every unit and cell of the current configuration, is what the train, evaluate, status and
+matrices stages agree on; whatever else is on disk is stale."""
 
 from __future__ import annotations
 
@@ -102,12 +95,9 @@ class ModelPlan:
 def plan_model(dataset: str, model: str, family: str, identity: Mapping[str, Any], cfg: TrainConfig,
                slices: Sequence[Mapping[str, Any]], *, code: str = "", env: Mapping[str, Any] | None = None,
                scoring: Mapping[str, Any] | None = None) -> ModelPlan:
-    """Units of ``model`` for every seed of ``cfg`` and every cutoff of the ``slices`` manifest.
-
-    ``identity`` describes the model itself (registry name, architecture description, encoder
-    cache identity); ``slices`` are the manifest's slice records, each with its content ``hash``;
-    ``code``, ``env`` and ``scoring``: see :class:`ModelPlan`.
-    """
+    """Units of ``model`` for every seed of ``cfg`` and every cutoff of the ``slices`` records;
+    ``identity`` describes the model itself; ``code``, ``env``, ``scoring``: see
+    :class:`ModelPlan`."""
     window = parse_window(cfg.window)
     hashes = [s["hash"] for s in slices]
     labels = tuple(str(s["label"]) for s in slices)
@@ -132,9 +122,7 @@ def slice_hashes(manifest: Mapping[str, Any], where: str = "outputs/slices/manif
 
 def planned_unit(params: Params, model: str, cutoff: str, seed: int | None = None,
                  slices_dir: str | Path = "outputs/slices", checkpoints_dir: str | Path = "outputs/checkpoints") -> Unit:
-    """The current plan's unit of ``model`` trained up to ``cutoff`` with ``seed`` (default: the
-    lowest), keyed with the environment the train stage recorded: what ``tracking.load_registered``
-    loads."""
+    """The current plan's unit of ``model`` up to ``cutoff`` with ``seed`` (default: the lowest)."""
     from driftmatrix.data.slicing import read_manifest
 
     plan = model_plan(params, model, read_manifest(slices_dir), recorded_environment(params, model, checkpoints_dir))
@@ -146,9 +134,7 @@ def planned_unit(params: Params, model: str, cutoff: str, seed: int | None = Non
 
 
 def model_plan(params: Params, model: str, manifest: Mapping[str, Any], env: Environment) -> ModelPlan:
-    """Every unit of ``model`` under ``params``, the slices ``manifest`` and the environment ``env``
-    (no data loaded): what the train, evaluate, status and matrices stages agree on; keyed by the
-    code it runs as this checkout holds it (``provenance.unit_code``, ``provenance.SCORE_ROOTS``)."""
+    """Every unit of ``model`` under ``params``, ``manifest`` and ``env``, keyed by this checkout's code."""
     from driftmatrix.data.table import DatasetMeta
     from driftmatrix.features.cache import encoder_identity
     from driftmatrix.models.catalog import get

@@ -1,9 +1,6 @@
-"""``driftmatrix status``: what is done, stale or missing, before anything runs.
-
-Per model, a K x S grid of units (``#`` done, ``~`` stale: trained under another key and due to be
-redone, ``.`` missing), the cells still to score, and what ``dvc repro`` would do about it. It
-reads the plan and the files on disk only; nothing is trained, scored or logged.
-"""
+"""``driftmatrix status``: per model a K x S grid of units (``#`` done, ``~`` stale, ``.`` missing),
+the cells still to score and what ``dvc repro`` would do, from the plan and the files on disk
+only."""
 
 from __future__ import annotations
 
@@ -34,8 +31,7 @@ class ModelStatus:
 
 def model_status(plan: ModelPlan, trained: Mapping[str, tuple[str, int]], scored: Mapping[str, set[str]],
                  hashes: Sequence[str]) -> ModelStatus:
-    """Pure: ``trained`` maps checkpoint keys on disk to their (cutoff label, seed) slot;
-    ``scored`` maps unit keys to the cell keys they hold."""
+    """Pure: ``trained`` maps checkpoint keys to their (cutoff, seed) slot, ``scored`` unit keys to cells."""
     current = {u.key for u in plan.units}
     occupied = {slot for key, slot in trained.items() if key not in current}
     grid = []

@@ -1,10 +1,7 @@
 """Trained units on disk: ``<root>/<model>/<unit key>/`` with weights, description and record.
 
-Training writes these folders, evaluation and saliency read them, and the MLflow sync logs them;
-this module is the one place that knows their format, so training computes, tracking writes MLflow,
-and neither imports the other. Nothing here imports torch at module level, and nothing is
-unpickled: weights are safetensors, everything else JSON.
-"""
+The one place that knows this format, so training computes, tracking writes MLflow, and neither
+imports the other. Nothing is unpickled: weights are safetensors, everything else JSON."""
 
 from __future__ import annotations
 
@@ -21,13 +18,8 @@ ENVIRONMENT = "environment.json"
 
 
 class CheckpointStore:
-    """``<root>/<model>/<unit key>/``: ``model.safetensors``, ``model.json`` and ``unit.json``.
-
-    ``unit.json`` (the sidecar record) is written last, fsynced and renamed into place: a record
-    that parses, with its weights beside it, means the unit is done. A record cut short (a power
-    cut before the data reached the disk) counts as missing, so the unit is trained again. Folders
-    of units outside the current plan stay on disk (reused if the configuration comes back).
-    """
+    """``<root>/<model>/<unit key>/``: ``model.safetensors``, ``model.json`` and ``unit.json``, the
+    record written last, fsynced and renamed into place: one that parses means the unit is done."""
 
     WEIGHTS, DESCRIPTION, RECORD = WEIGHTS, DESCRIPTION, RECORD
 
@@ -139,8 +131,7 @@ def _sync_dir(folder: Path) -> None:
 
 
 class ScoreStore:
-    """``<root>/<model>/<unit key>.json``: the scored cells of one unit (fsynced, renamed into
-    place; a file cut short reads as no cells), and ``environment.json``."""
+    """``<root>/<model>/<unit key>.json``: a unit's scored cells (written atomically), and the environment."""
 
     def __init__(self, root: str | Path, model: str):
         self.dir = Path(root) / model

@@ -1,12 +1,8 @@
 """Amazon Reviews 2023: a folder of per-category JSON-lines files ``<Category>.jsonl[.gz]``.
 
-Defaults reproduce the paper's scope: the first 7 categories present (alphabetical), reviews dated
-2014-01-01 .. 2023-12-31, ratings 1-5, half-year periods (``2014-H1``), a deterministic stratified
-sample of 300,000 reviews over (half-year x rating) with seed 42, input = review text, label =
-rating (float, regression). The sample is streamed with bounded memory and does not depend on
-file or line order (:mod:`driftmatrix.data.sources.sampling`): one pass, plus a second one only in
-the rare case that a stratum's quota was not inside the candidate pool.
-"""
+Defaults reproduce the paper's scope: 7 categories, 2014-2023, half-year periods, a stratified
+sample of 300,000 reviews (half-year x rating, seed 42), rating as a regression label. The sample is
+streamed with bounded memory, independent of file order (``sampling``)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """arXiv metadata snapshot (Kaggle ``arxiv-metadata-oai-snapshot.json``, JSON lines).
 
-Year = year of the first version's ``created`` date ("Mon, 2 Apr 2007 19:18:42 GMT"); default
-scope 2000-2025 and the paper's 7 categories with rule ``all`` (every category of the paper lies in
-the set; ``any``: at least one does, the others are ignored). Input = title + blank line + abstract,
-each whitespace-normalised. Labels: one 0/1 column ``label_<cat>`` per category, in the configured
-order (multilabel task).
-"""
+Year of the first version; default scope 2000-2025 and the paper's 7 categories (rule ``all`` or
+``any``); input title + abstract; one 0/1 ``label_<cat>`` column per category (multilabel)."""
 
 from __future__ import annotations
 

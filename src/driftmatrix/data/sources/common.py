@@ -92,9 +92,7 @@ def from_epoch(value: float, unit: str) -> datetime:
 
 
 def time_kind(num: float) -> str:
-    """How ``time_format: auto`` may read a number: ``yyyymmdd`` (an 8-digit integer that is a
-    valid date, e.g. 20150601), ``year`` (an integer 1000-9999) or ``epoch`` (seconds, or
-    milliseconds from 1e11 on). The table reader decides one kind per column (tabular.time_kind_of)."""
+    """How ``time_format: auto`` may read a number: ``yyyymmdd``, ``year`` or ``epoch`` (ms from 1e11)."""
     if num.is_integer() and 10_000_000 <= num <= 99_999_999:
         y, md = divmod(int(num), 10_000)
         try:
@@ -106,9 +104,8 @@ def time_kind(num: float) -> str:
 
 
 def parse_time(value: Any, fmt: str = "auto", field: str = "timestamp", kind: str | None = None) -> datetime:
-    """Parse an epoch (``s`` or ``ms``), a ``yyyymmdd`` integer, an ISO-8601 string or a plain
-    ``year``; ``auto`` reads an ISO string as such and a number as ``kind`` (a :func:`time_kind`
-    decided for its column; None: each number's own). Raises Drop(bad timestamp)."""
+    """Parse an epoch, a ``yyyymmdd`` integer, an ISO-8601 string or a ``year``; ``auto`` reads a
+    number as its column's ``kind`` (None: its own). Raises Drop(bad timestamp)."""
     if value is None or (isinstance(value, str) and not value.strip()):
         raise Drop(MISSING, field)
     if isinstance(value, bool) or not isinstance(value, (numbers.Real, Decimal, str, datetime, date)):
@@ -162,8 +159,7 @@ def period_label(t: datetime, period: str) -> str:
 
 
 def check_scope(t: datetime, start: datetime | None, stop: datetime | None, field: str) -> None:
-    """Raise Drop(out-of-scope date) unless ``start <= t < stop``; Drop(bad timestamp) for a time
-    the table cannot hold, whatever the scope."""
+    """Drop(out-of-scope date) unless ``start <= t < stop``; Drop(bad timestamp) if unrepresentable."""
     check_representable(t, field)
     if (start is not None and t < start) or (stop is not None and t >= stop):
         lo = start.date().isoformat() if start else "-inf"
@@ -247,8 +243,7 @@ _STEP_MONTHS = {"year": 12, "half-year": 6, "quarter": 3, "month": 1}
 
 
 class PeriodClock:
-    """Period labels of epoch-millisecond instants in ``[start, stop)`` by bisection (fast path for
-    large inputs: no datetime object per record). The scope is cut to the representable range."""
+    """Period labels of epoch-ms instants in ``[start, stop)`` by bisection: no datetime per record."""
 
     def __init__(self, start: datetime, stop: datetime, period: str) -> None:
         if period not in _STEP_MONTHS:
@@ -269,8 +264,7 @@ class PeriodClock:
             t = t.replace(year=t.year + month // 12, month=month % 12 + 1)
 
     def label(self, t_ms: int, field: str) -> str:
-        """Label of ``t_ms``; Drop(out-of-scope date) outside ``[start, stop)``, Drop(bad timestamp)
-        for an instant no table can hold (e.g. an epoch in microseconds)."""
+        """Label of ``t_ms``; Drop outside ``[start, stop)`` or for an instant no table can hold."""
         if not self.start_ms <= t_ms < self.stop_ms:
             if self.scope[0] <= t_ms < self.scope[1] or not _DATETIME_MS[0] <= t_ms < _DATETIME_MS[1]:
                 raise Drop(BAD_TIME, field, f"{preview(t_ms)} ms is outside the representable range {_SPAN} "

@@ -1,35 +1,15 @@
 """Deterministic, streaming, bounded-memory stratified sampling.
 
-Every record gets a priority ``h = blake2b(seed, id)`` (a 64-bit integer). Within a stratum the
-sample is always *the records with the smallest priorities*, so the result depends only on the
-seed, the ids and the per-stratum quotas: not on file order, not on arrival order.
+Every record gets a priority ``blake2b(seed, id)``; a stratum's sample is always the records with
+the smallest priorities, so it depends only on the seed, the ids and the quotas, never on order.
 
-Quotas (how many of the ``size`` records each stratum gets) follow an allocation rule:
-
-- ``proportional`` (default, the paper's skewed rating mix is kept): ``a_s = floor(size * n_s / n)``,
-  the remaining units going to the largest fractional parts (ties: stratum order). The quotas need
-  the final stratum sizes ``n_s``, so one pass keeps the ``headroom * size`` records with the lowest
-  priorities over *all* strata (plus exact counts). Because every stratum's ``a_s``-th lowest
-  priority sits near the same global level ``size / n``, each stratum almost always has its quota
-  among those candidates, and the result is then exact (a record outside the pool has a higher
-  priority than every candidate). :meth:`StratifiedSampler.complete` says whether it is; if not,
-  the caller reads the input once more with the now known ``quotas`` (per-stratum heaps).
-- ``equal``: every stratum gets the same share, a stratum with fewer records gives its unused share
-  to the others ("water filling": ``a_s = min(n_s, L)`` with the largest level ``L`` that fits, plus
-  one extra for the first strata in order until ``size`` is reached). One pass: the level can only
-  fall as more records arrive, so a stratum never needs more than ``L + 1`` candidates and the
-  candidate set stays at about ``size + #strata`` records.
-
-Memory is one heap per stratum of at most its cap, so it is bounded by the sample, not the input,
-plus 8 bytes per record offered for duplicate detection. A duplicate of a candidate is refused at
-once (:meth:`StratifiedSampler.offer` returns False). A duplicate of a record already pruned from
-the pool can never be sampled either (same id = same priority, and the pool's threshold only
-falls), but it must not count in ``n_s`` and must be reported: every offered id leaves a 64-bit
-fingerprint (its priority) in a sorted array, merged in batches of ``flush_every``, and
-:meth:`StratifiedSampler.flush` returns the duplicates found since the last call and takes them
-out of the counts. Two different ids share a fingerprint with probability about
-``n^2 / 2^65`` (1e-4 for 55 million reviews): such a pair is reported as a duplicate.
-"""
+``proportional`` quotas need the final stratum sizes, so one pass keeps the ``headroom * size``
+lowest priorities over all strata: every stratum's quota almost always lies among them, and then the
+result is exact; :meth:`StratifiedSampler.complete` says whether it is, else the caller reads once
+more with the known ``quotas``. ``equal`` quotas ("water filling") need one pass: the level only
+falls as records arrive. Memory is bounded by the sample plus an 8-byte fingerprint per offered id,
+kept so that a duplicate of a pruned record is still found and taken out of the counts
+(:meth:`StratifiedSampler.flush`); two ids share one with probability about ``n^2 / 2^65``."""
 
 from __future__ import annotations
 
@@ -128,8 +108,7 @@ class StratifiedSampler:
         return None if self.level is None else self.level + 1
 
     def offer(self, stratum: Hashable, rid: str, payload: Any, tag: Any = None) -> bool:
-        """Consider one valid record; False if its id is already a candidate (a duplicate). A
-        duplicate of a pruned record is returned later by :meth:`flush`, with its ``tag``."""
+        """Consider one valid record; False for a duplicate candidate (others come from :meth:`flush`)."""
         if rid in self.members:
             return False
         self.counts[stratum] += 1

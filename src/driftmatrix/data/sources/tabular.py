@@ -1,38 +1,12 @@
 """Any timestamped table: CSV, Parquet or JSON lines (a file, or a folder of such files).
 
-Options (``params.yaml: dataset.options`` or ``--option key=value``):
-
-- ``timestamp`` (required): column with an epoch (s or ms), a ``yyyymmdd`` date (20150601,
-  "19960507"), an ISO-8601 string or a plain year; ``time_format``: ``auto`` (default: ISO text as
-  such, the column's numbers one way: :func:`time_kind_of`) | ``s`` | ``ms`` | ``iso`` | ``year`` |
-  ``yyyymmdd`` (alias ``date``);
-- ``input``: text column(s), joined with a blank line (required unless ``features`` is given);
-- ``features``: feature columns for tabular models, instead of or beside ``input``: ``auto``
-  (every other column, numeric or categorical by its values, the schema printed in the ingest
-  report; a column of unique or more than ``max_categories`` distinct strings is left out and
-  named) or ``{numeric: [...], categorical: [...]}``. Missing values stay missing (NaN / None) and
-  are counted per column in the report; a value of the wrong type in a numeric column (text that
-  is not a number, a list) drops the row as ``wrong type`` naming the column; a declared column
-  absent from a file is a one-line error;
-- ``na_values``: texts that mean a missing value in a feature, label, time or id column (default
-  :data:`NA_VALUES`); a missing feature value never drops the row (a missing label, time or id does);
-- ``label`` (required): the label column; for ``multilabel`` either several 0/1 columns or one
-  column holding category names separated by ``label_sep`` (default space) or a JSON list;
-- ``task``: binary | multiclass | multilabel | regression (the pipeline passes ``dataset.task``;
-  only a direct call of the reader names it);
-- ``classes``: class/category names in label order (default: sorted values found in the data;
-  numerically sorted when all are numbers); a label outside a given set is dropped;
-- ``id``: column with a unique record id (default: ``file:line``); ``period``: year | half-year |
-  quarter | month (default year); ``start`` / ``end`` (inclusive): date scope; ``format``: csv |
-  parquet | jsonl (default: from the file suffix); ``delimiter``: CSV delimiter (default ``,``);
-- ``target_range`` (regression, default ``[0, 1000]``): regression targets are rating-like levels
-  (the balanced MSE and the loss weights work per rounded level, and the level indexes the weight
-  table), so a target outside the range is dropped (``label outside the set``).
-
-CSV files are read as UTF-8 (a byte-order mark is skipped); a row with bytes that are not UTF-8 in
-a column the reader uses is dropped as ``unparseable line``. The unreadable rest of a truncated
-gzip or Parquet file counts as one dropped record.
-"""
+Options (``dataset.options`` or ``--option key=value``; docs/real-datasets.md and docs/tabular.md):
+``timestamp`` and ``label`` (required), ``time_format``, ``input`` (text columns), ``features``
+(``auto`` or ``{numeric, categorical}``), ``na_values``, ``task``, ``classes``, ``id``, ``period``,
+``start`` / ``end``, ``format``, ``delimiter`` and ``target_range`` (regression targets are
+rating-like levels that index the loss weights, so one outside the range is dropped). A missing
+feature value never drops a row; a value of the wrong type does, naming the column. CSV is read as
+UTF-8; the unreadable rest of a truncated gzip or Parquet file counts as one dropped record."""
 
 from __future__ import annotations
 
@@ -217,10 +191,9 @@ def parse_number(v: Any, col: str, na: frozenset = frozenset(NA_VALUES)) -> floa
 
 
 def parse_category(v: Any, col: str, na: frozenset = frozenset(NA_VALUES)) -> str | None:
-    """A categorical feature value as its canonical text, however a file or pandas typed it: text
-    that names a whole number is that number, and a boolean is 0 / 1 (1, 1.0, "1.0", "01" and True
-    are one category, "1"; "true" / "false" in any case are "1" / "0"); surrounding spaces are
-    stripped; None when missing (or a marker in ``na``); Drop(wrong type) for a list, an object or bytes."""
+    """A categorical feature value as its canonical text, however a file or pandas typed it (1, 1.0,
+    "1.0", "01" and True are one category, "1"); None when missing; Drop(wrong type) for a list,
+    an object or bytes."""
     if _blank(v, na):
         return None
     if isinstance(v, str):
@@ -251,9 +224,8 @@ def infer_features(records: Iterator[tuple[str, dict]], skip: set[str], max_cate
                    limit: int = SAMPLE_ROWS, na: frozenset = frozenset(NA_VALUES)
                    ) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]:
     """``features: auto`` from up to ``limit`` records: (numeric, categorical, {ignored column:
-    why}). A column is numeric when at least :data:`NUMERIC_SHARE` of its values present (markers in
-    ``na`` are missing) are numbers or text that parses as one, categorical otherwise (text,
-    booleans), and left out when empty, nested, a date, or of unique or over ``max_categories`` values."""
+    why}). Numeric when at least :data:`NUMERIC_SHARE` of the present values parse as numbers;
+    left out when empty, nested, a date, or of unique or over ``max_categories`` values."""
     order: dict[str, None] = {}
     values: dict[str, list] = {}
     for n, (_, raw) in enumerate(records):
@@ -514,10 +486,8 @@ _READS = {"yyyymmdd": "a yyyymmdd date", "year": "a year", "epoch": "an epoch (s
 
 def time_kind_of(sample: Sequence[tuple[str, dict]], col: str, na: frozenset = frozenset()) -> str | None:
     """How ``time_format: auto`` reads the numbers of column ``col``, decided once from ``sample``
-    (``common.time_kind``: all valid 8-digit dates are yyyymmdd, all 1678-2261 years, else epochs,
-    >= 1e11 in ms); None when it holds no number. Numbers of two kinds (2016 beside 1420070400,
-    20150601 beside 2015), or 4-digit ones no table holds as years, are a DataError naming the file,
-    record and column: one column is never read two ways."""
+    (``common.time_kind``); None when it holds no number. Numbers of two kinds are a DataError:
+    one column is never read two ways."""
     first: dict[str, tuple[str, Any]] = {}
     for loc, raw in sample:
         v = raw.get(col)
@@ -625,10 +595,8 @@ def pd_object(values: list) -> Any:
 def read_inputs(path: str | Path, numeric: Sequence[str] = (), categorical: Sequence[str] = (),
                 **options: Any) -> tuple[Any, IngestReport]:
     """(frame, report): the inputs of a table whose labels have not arrived (``driftmatrix estimate
-    --data``), read with the dataset's options as :func:`read_table` reads them: the feature columns
-    by name (a feature table), else one ``text`` column (the ``input`` columns joined). Labels,
-    times and the date scope are not read; a record with a value ingestion drops is dropped and
-    counted."""
+    --data``), read as :func:`read_table` reads them; a record ingestion would drop is dropped
+    and counted."""
     import pandas as pd
 
     opts = take_options("table", options, DEFAULTS)

@@ -1,27 +1,11 @@
 """Yearbook portraits: ``{F,M}/<year>_<state>_<city>_<school>_<n>.png`` (label M = 1, F = 0).
 
-The input is a folder or a ``.zip`` / ``.tar`` / ``.tar.gz`` archive of the original layout
-``faces_aligned_small_mirrored_co_aligned_cropped_cleaned/{F,M}/...``; the ``F``/``M`` folders may
-sit at the top or up to two folder levels down. Archives are streamed member by member (no
-extraction to disk). Images are decoded once here, resized to ``size`` x ``size`` RGB and kept as
-uint8; nothing downstream decodes an image again. Rows are ordered by (class, file name), whatever
-the archive order.
-
-Decode and resize with OpenCV, as the authors did: ``cv2.resize(..., interpolation=cv2.INTER_AREA)``
-(186x171 portraits -> 32x32). Pillow reads the header first (size limit, format, mode); 8-bit PNGs
-are decoded by OpenCV (a third faster than Pillow, all of it outside the GIL), other images by
-Pillow's ``convert("RGB")``; both give the same RGB bytes for PNG.
-
-Decoding runs on ``workers`` threads (default: every core this process may use, plus one; OpenCV
-and Pillow release the GIL while they decode and resize). Members are read in order on the calling
-thread, at most ``window`` images are in flight, and results are taken in submission order, so the
-output is the same for any number of workers and memory stays flat.
-
-Untrusted input: a file or archive member over ``max_bytes`` is dropped without being read, an
-image whose header declares more than ``max_pixels`` pixels is dropped before it is decoded
-(``oversized input``); a member that fails its CRC or cannot be decompressed is ``unreadable archive
-member``; the unreadable rest of a truncated tar is one ``unreadable rest of file``.
-"""
+The input is a folder or an archive of the original layout (``F``/``M`` up to two levels down),
+streamed member by member. Images are decoded once here with OpenCV's INTER_AREA resize, as the
+authors did, and kept as uint8 (Pillow reads the header first; both give the same RGB bytes for
+PNG). Decoding runs on ``workers`` threads with results taken in submission order, so the output is
+the same for any number of workers. Untrusted input: members over ``max_bytes`` or images over
+``max_pixels`` are dropped unread; corrupt members and truncated tars are counted drops."""
 
 from __future__ import annotations
 
@@ -229,8 +213,7 @@ def decode(data: bytes, size: int, max_pixels: int = DEFAULTS["max_pixels"]) -> 
 
 
 def ordered_map(fn: Callable[[Any], T], items: Iterable[Any], workers: int, window: int) -> Iterator[tuple[Any, T]]:
-    """``(item, fn(item))`` in input order; ``fn`` runs on ``workers`` threads, at most ``window``
-    items in flight (``workers <= 1``: inline)."""
+    """``(item, fn(item))`` in input order, ``fn`` on ``workers`` threads with ``window`` in flight."""
     if workers <= 1:
         for item in items:
             yield item, fn(item)
@@ -250,8 +233,7 @@ def ordered_map(fn: Callable[[Any], T], items: Iterable[Any], workers: int, wind
 
 
 def _prepared(found: Iterable[Member]) -> Iterator[tuple[tuple[str | None, str, str, int], Callable[[], bytes]]]:
-    """Checks that need no reading, and how to read each member's bytes (a callable that may
-    raise Drop), in member order: the decoding threads read as well, so slow disks overlap."""
+    """Checks that need no reading, and a reader per member: decoding threads read too, so disks overlap."""
     for cls, loc, file_name, read in found:
         year = 0
         try:
