@@ -25,7 +25,7 @@ from tinyparams import TINY_RUN_MODELS, make_tiny_params  # noqa: E402  (tests i
 # marked xdist_group("ray")) is in the one group "ray", so no two Rays run at once and `address:
 # auto` finds the right one; the tests of the shared `tiny_run` are one group too (it is trained
 # once). Groups with tests marked `slow` start first (the longest work first
-# keeps the two workers busy to the end).
+# keeps the two workers busy to the end); so do those of the `cluster` tests.
 RAY_GROUP = "ray"
 TINY_RUN_GROUP = "tiny_run"
 SLOW_PREFIX = "slow:"
@@ -50,7 +50,7 @@ def pytest_collection_modifyitems(config, items):
     if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):
         return
     groups = {item: _group(item) for item in items}
-    slow = {g for item, g in groups.items() if item.get_closest_marker("slow")}
+    slow = {g for item, g in groups.items() if item.get_closest_marker("slow") or item.get_closest_marker("cluster")}
     for item, group in groups.items():
         name = f"{SLOW_PREFIX}{group}" if group in slow else group
         item._id = type(item._id).parse(f"{item.nodeid}@{name}")
