@@ -57,8 +57,11 @@ recommend: install  ## best model per retraining horizon, from outputs/matrices
 golden: install  ## reproduce the paper's Yearbook tables from the published matrices
 	pytest tests/analysis/test_golden_yearbook.py
 
-test: install  ## run the test suite (the cluster tests too: they are part of it)
-	pytest
+# Two workers: a worker runs a test module (or all the Ray tests) as a whole, slow modules first
+# (tests/conftest.py). TEST_WORKERS=0 runs the suite in this one process.
+TEST_WORKERS ?= 2
+test: install  ## run the test suite on 2 workers (the cluster tests too: they are part of it)
+	pytest -n $(TEST_WORKERS) --dist loadgroup
 
 test-cluster: install  ## only the two-node Ray cluster and PostgreSQL tracking-server tests (about 7 min)
 	pytest -m cluster

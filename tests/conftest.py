@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,60 @@ SHARED = REPO.parent / "shared"
 sys.path.insert(0, str(REPO / "src"))
 os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), os.environ.get("PYTHONPATH")) if p)
 
-from tinyparams import make_tiny_params  # noqa: E402  (tests import it from there too)
+from tinyparams import TINY_RUN_MODELS, make_tiny_params  # noqa: E402  (tests import them from there too)
+
+
+# --- `make test` runs on 2 workers (pytest -n 2 --dist loadgroup) ---------------------------------
+# A worker runs whole groups: each module is one group (its module fixtures, such as a trained tiny
+# pipeline, are built once), and every test that uses a Ray (the `ray_cluster` fixture, or a module
+# marked xdist_group("ray")) is in the one group "ray", so no two Rays run at once and `address:
+# auto` finds the right one; the tests of the shared `tiny_run` are one group too (it is trained
+# once). Groups with tests marked `slow` start first (the longest work first
+# keeps the two workers busy to the end); so do those of the `cluster` tests.
+RAY_GROUP = "ray"
+TINY_RUN_GROUP = "tiny_run"
+SLOW_PREFIX = "slow:"
+
+
+def _group(item) -> str:
+    marks = [m.args[0] if m.args else m.kwargs.get("name", "default") for m in item.iter_markers("xdist_group")]
+    if marks:
+        return "_".join(sorted(map(str, marks)))
+    if "ray_cluster" in getattr(item, "fixturenames", ()):
+        return RAY_GROUP
+    if "tiny_run" in getattr(item, "fixturenames", ()):
+        return TINY_RUN_GROUP
+    return item.nodeid.split("::")[0]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Name each test's group in its id (``nodeid@group``), as xdist's loadgroup reads it: xdist 3.8
+    sets ``item._nodeid``, which pytest 9.2 no longer reads (a node's id is ``item._id``), so its own
+    xdist_group marks are silently ignored and tests meant to run one after the other run at once."""
+    if not hasattr(config, "workerinput") or not config.getvalue("loadgroup"):
+        return
+    groups = {item: _group(item) for item in items}
+    slow = {g for item, g in groups.items() if item.get_closest_marker("slow") or item.get_closest_marker("cluster")}
+    for item, group in groups.items():
+        name = f"{SLOW_PREFIX}{group}" if group in slow else group
+        item._id = type(item._id).parse(f"{item.nodeid}@{name}")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """loadgroup, with the groups holding slow tests handed out first, then the others by size."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class SlowFirst(LoadGroupScheduling):
+        def _assign_work_unit(self, node):
+            first = max(self.workqueue, key=lambda scope: scope.startswith(SLOW_PREFIX))
+            self.workqueue.move_to_end(first, last=False)
+            super()._assign_work_unit(node)
+
+    return SlowFirst(config, log)
 
 
 @pytest.fixture
@@ -30,6 +84,29 @@ def mlflow_store(tmp_path, monkeypatch):
 def tiny_params():
     """Factory of params for a tiny synthetic run under a given folder."""
     return make_tiny_params
+
+
+@dataclass(frozen=True)
+class TinyRun:
+    params: object
+    paths: object  # testkit.pipeline.Paths, under root / "out"
+    root: Path
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """One tiny pipeline, every stage of ``run_all`` (4 years, 2 seeds, MLP-S, CNN-S and Prior, on
+    the CPU, models logged and registered in its own sqlite store), trained once for the session:
+    for tests that only read what it left. A test that changes something puts it back as it was;
+    what a test writes goes under ``root``, beside ``paths.root``."""
+    from testkit.pipeline import Paths, run_all
+
+    root = tmp_path_factory.mktemp("tiny-run")
+    params = make_tiny_params(root, models=TINY_RUN_MODELS, train={"device": "cpu"},
+                              tracking={"log_models": True, "register": True})
+    paths = Paths(root / "out")
+    run_all(params, paths, generate=True)
+    return TinyRun(params, paths, root)
 
 
 @pytest.fixture(scope="session")

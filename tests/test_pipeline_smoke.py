@@ -13,18 +13,13 @@ from driftmatrix.units import experiment
 from driftmatrix.units import plan
 from testkit.pipeline import Paths, run_all, train_and_evaluate
 from driftmatrix.tracking.runs import configure, load_registered
+from tinyparams import TINY_RUN_MODELS as MODELS
 
 
-MODELS = {"MLP-S": {}, "CNN-S": {"epochs": 2}}
-
-
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory, tiny_params):
-    tmp = tmp_path_factory.mktemp("smoke")
-    params = tiny_params(tmp, models=MODELS, tracking={"log_models": True, "register": True})
-    paths = Paths(tmp / "out")
-    run_all(params, paths, generate=True)
-    return params, paths
+@pytest.fixture
+def finished(tiny_run):
+    """The session's tiny pipeline (tests/conftest.py): MLP-S, CNN-S (2 epochs) and Prior, registered."""
+    return tiny_run.params, tiny_run.paths
 
 
 def test_run_all_runs_the_validation_gate_like_dvc_repro(finished):

@@ -8,6 +8,10 @@ from pathlib import Path
 from driftmatrix.config import parse_params
 
 
+#: the models of the session's shared ``tiny_run`` (tests/conftest.py)
+TINY_RUN_MODELS = {"MLP-S": {}, "CNN-S": {"epochs": 2}, "Prior": {}}
+
+
 def make_tiny_params(tmp_path: Path, **overrides) -> "object":
     """Params for a tiny synthetic run whose files all live under ``tmp_path``."""
     raw = {

@@ -10,28 +10,31 @@ import random
 import numpy as np
 import torch
 
+from driftmatrix.config import to_raw
 from driftmatrix.stages import matrices
 from testkit.pipeline import Paths, prepare, train_and_evaluate
+from tinyparams import make_tiny_params
 
 MODELS = {"MLP-S": {}, "Prior": {}}
 
 
-def run_once(root, tiny_params, monkeypatch):
-    params = tiny_params(root, models=MODELS, train={"device": "cpu"},
-                         tracking={"uri": f"sqlite:///{root / 'mlflow.db'}"})
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", params.tracking.uri)
-    paths = Paths(root / "outputs")
-    prepare(params, paths, generate=True)
-    train_and_evaluate(params, paths)
-    matrices.run(params, paths.scores, paths.matrices, slices_dir=paths.slices)
-    return paths
-
-
-def test_same_configuration_twice_gives_bit_identical_matrices(tmp_path, tiny_params, monkeypatch):
-    a = run_once(tmp_path / "a", tiny_params, monkeypatch)
+def test_same_configuration_twice_gives_bit_identical_matrices(tmp_path, tiny_run, monkeypatch):
+    """The first run is the session's ``tiny_run`` (the same params, CPU; CNN-S beside them changes
+    nothing of these two models); the second one runs here, its own data and store."""
+    a = tiny_run.paths
     torch.manual_seed(12345), np.random.seed(12345), random.seed(12345)  # nothing may lean on these
     torch.rand(7), np.random.rand(7), random.random()
-    b = run_once(tmp_path / "b", tiny_params, monkeypatch)
+    root = tmp_path / "b"
+    params = make_tiny_params(root, models=MODELS, train={"device": "cpu"},
+                              tracking={"log_models": True, "register": True})
+    assert {**to_raw(params), "dataset": None, "tracking": None, "models": None} == \
+        {**to_raw(tiny_run.params), "dataset": None, "tracking": None, "models": None}
+    assert {m: tiny_run.params.models[m] for m in MODELS} == params.models
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", params.tracking.uri)
+    b = Paths(root / "outputs")
+    prepare(params, b, generate=True)
+    train_and_evaluate(params, b)
+    matrices.run(params, b.scores, b.matrices, slices_dir=b.slices)
     for model in MODELS:
         ma, mb = (json.loads((p.matrices / f"{model}.json").read_text()) for p in (a, b))
         values = np.array(ma["seed_values"], dtype=float)

@@ -16,7 +16,9 @@ from mlflow.tracking import MlflowClient
 
 from testkit import cluster as ck
 
-pytestmark = pytest.mark.cluster
+# xdist_group: with the tests of the local Ray (ray_cluster) on one worker, never beside them: its
+# checks find Ray processes by name
+pytestmark = [pytest.mark.cluster, pytest.mark.xdist_group("ray")]
 
 
 @pytest.fixture(scope="module")

@@ -8,18 +8,13 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from testkit.pipeline import Paths, run_all
-
-MODELS = {"MLP-S": {}, "Prior": {}}
+from tinyparams import TINY_RUN_MODELS as MODELS
 
 
-@pytest.fixture(scope="module")
-def finished(tmp_path_factory, tiny_params):
-    tmp = tmp_path_factory.mktemp("estimates")
-    params = tiny_params(tmp, models=MODELS)
-    paths = Paths(tmp / "out")
-    run_all(params, paths, generate=True)
-    return params, paths, tmp
+@pytest.fixture
+def finished(tiny_run):
+    """The session's tiny pipeline (tests/conftest.py); what these tests write goes beside its outputs."""
+    return tiny_run.params, tiny_run.paths, tiny_run.root
 
 
 def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, monkeypatch):
