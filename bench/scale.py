@@ -249,26 +249,34 @@ def book_times(path: Path, since_lines: int = 0) -> dict:
 def side(label: str, tmp: Path, params: dict, env: dict, measure: bool) -> dict:
     """One copy of the pipeline, generated, added and reproduced; its figures."""
     work = tmp / label
-    times, books, logs = tmp / f"{label}.stages.jsonl", tmp / f"{label}.book.jsonl", tmp / "logs"
-    logs.mkdir(exist_ok=True)
+    (tmp / "logs").mkdir(exist_ok=True)
     setup(work, params)
-    env = {**env, "DM_STAGE_TIMES": str(times), "DM_BOOK_TIMES": str(books)}
+    env = {**env, "DM_STAGE_TIMES": str(tmp / f"{label}.stages.jsonl"), "DM_BOOK_TIMES": str(tmp / f"{label}.book.jsonl")}
     for cmd in (["git", "init", "-q"], ["dvc", "init", "-q"]):
         sh(cmd, work, env)
     t_gen, _ = sh(["driftmatrix", "data", "generate"], work, env)
     sh(["dvc", "add", "-q", "data"], work, env)
     load_before = load()
-    t_repro, _ = sh(["dvc", "repro"], work, env, logs / f"{label}.log")
-    stages = stage_times(times, 0)
-    book = book_times(books)
+    t_repro, _ = sh(["dvc", "repro"], work, env, tmp / "logs" / f"{label}.log")
+    return {**collect(label, tmp, params, measure), "repro_s": t_repro, "generate_s": t_gen,
+            "load_before": load_before, "load_after": load()}
+
+
+def collect(label: str, tmp: Path, params: dict, measure: bool) -> dict:
+    """The figures of a side from its copy and records, also of a run cut short (``--collect``): then
+    the per-unit bookkeeping is over the units the finished evaluate stages synced."""
+    work = tmp / label
+    stages = stage_times(tmp / f"{label}.stages.jsonl", 0)
+    book = book_times(tmp / f"{label}.book.jsonl")
     units = len(params["models"]) * len(params["train"]["seeds"]) * params["synthetic"]["years"]
+    synced = book["units"] or 1
     bookkeeping = book["sync_s"] + book["attach_s"]
-    out = {"units": units, "repro_s": t_repro, "generate_s": t_gen, "load_before": load_before, "load_after": load(),
+    out = {"units": units, "units_synced": book["units"],
            "stages_s": {k: v["end"] - v["start"] for k, v in stages.items()},
            "stages_maxrss_mb": {k: v.get("maxrss_mb") for k, v in stages.items()},
-           "bookkeeping": {**book, "total_s": bookkeeping, "ms_per_unit": 1000 * bookkeeping / units,
-                           "ms_per_unit_runs": 1000 * book["create_run_s"] / units,
-                           "ms_per_unit_registry": 1000 * book["registry_s"] / units}}
+           "bookkeeping": {**book, "total_s": bookkeeping, "ms_per_unit": 1000 * bookkeeping / synced,
+                           "ms_per_unit_runs": 1000 * book["create_run_s"] / synced,
+                           "ms_per_unit_registry": 1000 * book["registry_s"] / synced}}
     if book["units"] != units or book["runs_created"] != units:
         out["warning"] = f"expected {units} units and new runs, the evaluate stages synced {book['units']} " \
                          f"and created {book['runs_created']}"
@@ -280,8 +288,9 @@ def side(label: str, tmp: Path, params: dict, env: dict, measure: bool) -> dict:
         try:
             out["plan"] = plan_and_keys(work, params)
             page = work / "outputs" / "report" / "report.html"
-            out["report_mb"] = page.stat().st_size / 2**20
-            out.update(report_load(page, tmp))
+            if page.exists():
+                out["report_mb"] = page.stat().st_size / 2**20
+                out.update(report_load(page, tmp))
         except Exception as exc:  # noqa: BLE001
             out["error"] = f"{type(exc).__name__}: {exc}"
     return out
@@ -298,9 +307,10 @@ def summary(res: dict) -> dict:
     sq = res["sides"]["sqlite"]
     fig = {"units": sq["units"],
            "bookkeeping_ms_per_unit_sqlite": sq["bookkeeping"]["ms_per_unit"],
-           "plan_keys_ms_per_unit": sq["plan"]["plan_keys_ms_per_unit"],
+           "plan_keys_ms_per_unit": sq.get("plan", {}).get("plan_keys_ms_per_unit"),
+           "plan_keys_warm_ms_per_unit": sq.get("plan", {}).get("plan_keys_warm_ms_per_unit"),
            "matrices_s": sq["stages_s"].get("matrices"), "report_s": sq["stages_s"].get("report"),
-           "report_mb": sq["report_mb"], "report_load_s": sq["report_load_s"],
+           "report_mb": sq.get("report_mb"), "report_load_s": sq.get("report_load_s"),
            "report_models": len(res["models"]),
            "peak_rss_mb": sq["peak_rss_mb"]}
     if "server" in res["sides"]:
@@ -311,25 +321,28 @@ def summary(res: dict) -> dict:
                    memory_ratio=sq["peak_rss_mb"] / small["peak_rss_mb"])
     fig["paper_units"] = PAPER_UNITS
     for key in ("bookkeeping_ms_per_unit_sqlite", "bookkeeping_ms_per_unit_server", "plan_keys_ms_per_unit"):
-        if key in fig:
-            fig[f"paper_{key.replace('_ms_per_unit', '_min')}"] = fig[key] * PAPER_UNITS / 60000
+        if fig.get(key) is not None:
+            fig[f"paper_{key.replace('_ms_per_unit', '')}_min"] = fig[key] * PAPER_UNITS / 60000
     fig["targets"] = {k: {"target": v, "measured": fig.get(k), "met": None if fig.get(k) is None else fig[k] <= v}
                       for k, v in TARGETS.items()}
     return fig
 
 
 def print_summary(fig: dict, res: dict) -> None:
+    def num(v, fmt=".2f"):
+        return "n/a" if v is None else format(v, fmt)
+
     print(f"\nbench-scale: {fig['units']} units ({len(res['models'])} models x {res['periods']} periods x "
           f"{res['seeds']} seeds), CPU {res['cpu']}")
     for name, side_ in res["sides"].items():
         b = side_["bookkeeping"]
-        print(f"  {name:13} dvc repro {side_['repro_s']:7.1f} s  bookkeeping {b['total_s']:7.1f} s = "
-              f"{b['ms_per_unit']:6.1f} ms/unit (runs {b['ms_per_unit_runs']:.1f}, registry "
-              f"{b['ms_per_unit_registry']:.1f})  peak RSS {side_['peak_rss_mb']:.0f} MiB  load {side_['load_before']}"
-              f" -> {side_['load_after']}")
-    print(f"  plan + keys: {fig['plan_keys_ms_per_unit']:.3f} ms/unit; matrices {fig['matrices_s']:.1f} s, report "
-          f"{fig['report_s']:.1f} s; report {fig['report_mb']:.2f} MB, loads in "
-          f"{fig['report_load_s'] if fig['report_load_s'] is None else round(fig['report_load_s'], 2)} s")
+        print(f"  {name:13} dvc repro {num(side_.get('repro_s'), '7.1f')} s  bookkeeping {b['total_s']:7.1f} s = "
+              f"{b['ms_per_unit']:6.1f} ms/unit over {b['units']} units (runs {b['ms_per_unit_runs']:.1f}, registry "
+              f"{b['ms_per_unit_registry']:.1f})  peak RSS {side_['peak_rss_mb']:.0f} MiB  load {side_.get('load_before')}"
+              f" -> {side_.get('load_after')}")
+    print(f"  plan + keys: {num(fig['plan_keys_ms_per_unit'], '.3f')} ms/unit; matrices {num(fig['matrices_s'], '.1f')} "
+          f"s, report stage {num(fig['report_s'], '.1f')} s; report {num(fig['report_mb'])} MB for "
+          f"{fig['report_models']} models, loads in {num(fig['report_load_s'])} s")
     if "memory_ratio" in fig:
         print(f"  peak RSS {fig['peak_rss_mb']:.0f} MiB at {fig['units']} units vs {fig['small_peak_rss_mb']:.0f} MiB "
               f"at {fig['small_units']} units (x{fig['memory_ratio']:.2f})")
@@ -352,6 +365,8 @@ def main() -> None:
                     help="also run sqlite at this many seeds for peak memory at fewer units (0: skip)")
     ap.add_argument("--json", type=Path, default=REPO / "outputs" / "bench" / "scale.json")
     ap.add_argument("--keep", type=Path, help="build the copies here and keep them (default: a temp folder)")
+    ap.add_argument("--collect", type=Path, help="run nothing: the figures of the copies a --keep run left here "
+                                                   "(also of one cut short), with this run's size options")
     args = ap.parse_args()
     if args.units:
         args.periods = max(3, round(args.units / (args.models * args.seeds)))
@@ -361,6 +376,21 @@ def main() -> None:
         if shutil.which(tool, path=f"{BIN}{os.pathsep}{os.environ['PATH']}") is None:
             sys.exit(f"bench/scale.py needs `{tool}` on PATH")
 
+    if args.collect:
+        res = {"models": None, "periods": args.periods, "seeds": args.seeds, "per_year": args.per_year,
+               "cpu": cpu_model(), "cpus": os.cpu_count(), "load": load(), "collected": True, "sides": {}}
+        for label in ("sqlite", "sqlite-small", "server"):
+            if (args.collect / label / "params.yaml").exists():
+                params = yaml.safe_load((args.collect / label / "params.yaml").read_text())
+                if label == "sqlite":
+                    res.update(models=list(params["models"]), periods=params["synthetic"]["years"],
+                               seeds=len(params["train"]["seeds"]))
+                res["sides"][label] = collect(label, args.collect, params, measure=label == "sqlite")
+        res["figures"] = summary(res)
+        print_summary(res["figures"], res)
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(res, indent=2))
+        return
     tmp = args.keep.resolve() if args.keep else Path(tempfile.mkdtemp(prefix="dm-scale-"))
     tmp.mkdir(parents=True, exist_ok=True)
     params = scale_params(args.models, args.periods, args.seeds, args.per_year)
