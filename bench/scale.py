@@ -178,7 +178,7 @@ def plan_and_keys(work: Path, params: dict, repeats: int = 3) -> dict:
         p = parse_params(params)
         manifest = read_manifest("outputs/slices")
         hashes = slice_hashes(manifest)
-        envs = {m: recorded_environment(p, m, "outputs/checkpoints") for m in p.models}
+        envs = {m: recorded_environment(p, m, "outputs/checkpoints", resolve_if_missing=True) for m in p.models}
         best, units, cells = float("inf"), 0, 0
         for _ in range(repeats):
             code.code_key.cache_clear()
