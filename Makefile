@@ -12,7 +12,7 @@ PARAMS ?= params.yaml
 # (4-9 s each), so make's commands run without it.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: repro install params data status matrices recommend golden test test-cluster bench bench-cluster ui exp clean-outputs help
+.PHONY: repro install params data status matrices recommend golden test test-cluster bench bench-cluster bench-scale ui exp clean-outputs help
 
 help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -71,6 +71,10 @@ bench: install  ## time-to-matrix and throughput benchmarks (see bench/)
 
 bench-cluster: install  ## the default through a two-node Ray cluster and a PostgreSQL tracking server vs local sqlite
 	$(VENV)/bin/python bench/cluster.py
+
+# SCALE_ARGS narrows it on a small machine, e.g. SCALE_ARGS="--units 300 --stores sqlite"
+bench-scale: install  ## 5,000 cheap units through dvc repro into sqlite and a PostgreSQL tracking server: per-unit bookkeeping, plan, report, memory
+	$(VENV)/bin/python bench/scale.py $(SCALE_ARGS)
 
 UI_HOST := 127.0.0.1
 UI_PORT ?= 5000

@@ -1,0 +1,62 @@
+"""bench/scale.py end to end at a tiny size (sqlite only): every figure is in its JSON and sane.
+It reports times; it never fails on them."""
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+sys.path.insert(0, str(BENCH))
+
+import scale  # noqa: E402
+
+
+def test_variants_are_distinct_cheap_models_without_dots():
+    models = scale.variants(20)
+    assert len(models) == 20 and not any("." in name for name in models)
+    assert {"Prior", "LogReg", "MLP-Tab"} <= set(models)
+    assert list(scale.variants(5)) == list(models)[:5]  # a few already mix the kinds
+    with pytest.raises(SystemExit):
+        scale.variants(21)
+
+
+def test_scale_params_size_the_study():
+    p = scale.scale_params(4, 7, 3, 40)
+    assert len(p["models"]) * p["synthetic"]["years"] * len(p["train"]["seeds"]) == 4 * 7 * 3
+    assert p["synthetic"]["span"] == 7 and p["synthetic"]["per_year"] == 40
+    assert p["dataset"]["source"] == "table" and p["saliency"]["pairs"] == []
+
+
+@pytest.mark.slow
+def test_tiny_run_writes_every_figure(tmp_path):
+    out = tmp_path / "scale.json"
+    env = {**os.environ, "PYTHONPATH": str(BENCH.parent / "src")}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    run = subprocess.run([sys.executable, str(BENCH / "scale.py"), "--models", "2", "--periods", "3", "--seeds", "2",
+                          "--small-seeds", "1", "--stores", "sqlite", "--per-year", "40", "--json", str(out)],
+                         capture_output=True, text=True, env=env, timeout=3600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    res = json.loads(out.read_text())
+    fig = res["figures"]
+    assert fig["units"] == 12 and fig["small_units"] == 6 and fig["report_models"] == 2
+    sq = res["sides"]["sqlite"]
+    assert "error" not in sq and "warning" not in sq, sq
+    assert sq["bookkeeping"]["runs_created"] == 12 and sq["bookkeeping"]["units"] == 12
+    assert sq["plan"]["units"] == 12 and sq["plan"]["cells"] == 12 * 3
+    for key in ("bookkeeping_ms_per_unit_sqlite", "plan_keys_ms_per_unit", "matrices_s", "report_s", "report_mb",
+                "peak_rss_mb", "small_peak_rss_mb", "memory_ratio", "paper_bookkeeping_sqlite_min",
+                "paper_plan_keys_min"):
+        assert isinstance(fig[key], float) and math.isfinite(fig[key]) and fig[key] > 0, (key, fig[key])
+    assert 0 < fig["bookkeeping_ms_per_unit_sqlite"] < 60_000 and 10 < fig["peak_rss_mb"] < 20_000
+    assert 0.001 < fig["report_mb"] < 100
+    if fig["report_load_s"] is not None:  # a Chromium on PATH
+        assert 0 <= fig["report_load_s"] < 600
+    assert set(fig["targets"]) == set(scale.TARGETS)
+    assert all(t["met"] in (True, False) for k, t in fig["targets"].items()
+               if k not in ("bookkeeping_ms_per_unit_server", "report_load_s"))
+    assert "bench-scale: 12 units" in run.stdout
