@@ -155,6 +155,12 @@ def environment_of(precision: str, device: str, threads: int, *, remote_gpus: bo
 SCIPY_KINDS = ("LogReg", "HistGBT", "Custom")
 
 
+@functools.cache
+def installed_distributions() -> dict:
+    """Top-level module -> distributions, read once per process (a scan of site-packages: 1-3 s)."""
+    return metadata.packages_distributions()
+
+
 def model_libraries(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
     """Versions of the libraries that compute a tabular model's numbers (scikit-learn, skops, scipy,
     LightGBM, a named estimator's distributions), read from package metadata without import."""
@@ -168,7 +174,7 @@ def model_libraries(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
         out["lightgbm"] = version("lightgbm")
     if options.get("estimator"):
         top = str(options["estimator"]).split(".")[0]
-        for dist in metadata.packages_distributions().get(top, [top]):
+        for dist in installed_distributions().get(top, [top]):
             out[dist] = version(dist)
     return dict(sorted(out.items()))
 
