@@ -80,3 +80,13 @@ def test_every_dvc_stage_is_a_module_of_stages_that_its_command_runs():
         assert (REPO / "src" / "driftmatrix" / "stages" / f"{name}.py").is_file(), name
         body = re.search(rf'@app\.command\((?:"{name}")?\)\ndef {name}\w*\(.*?(?=\n@app\.command|\ndef main)', cli, re.S)
         assert body and f"driftmatrix.stages import {name}" in body.group(0), f"`driftmatrix {name}` is not stages/{name}.py"
+
+
+def test_test_files_have_unique_basenames():
+    """pytest imports test files by basename (no packages under tests/): two with one name cannot
+    both be collected in one run."""
+    from collections import Counter
+
+    tests = Path(__file__).parent
+    names = Counter(p.name for p in tests.rglob("test_*.py") if "testkit" not in p.parts)
+    assert not [n for n, c in names.items() if c > 1]

@@ -59,8 +59,9 @@ def explain(exc: BaseException, uri: str | None = None) -> str | None:
     credentials masked; None for any other error (Ray's own ConnectionError included)."""
     seen: set[int] = set()
     cur: BaseException | None = exc
+    # a store named as local has no server; unnamed (the CLI's catch-all), the error's URL decides
+    over_http = uri is None or str(uri).startswith(("http://", "https://"))
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
-    over_http = not uri or str(uri).startswith(("http://", "https://"))  # a local store has no server
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         text, name, module = str(cur), type(cur).__name__, type(cur).__module__
