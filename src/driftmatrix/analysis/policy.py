@@ -358,7 +358,8 @@ def recommend(runs: Mapping[str, Sequence[Run]], families: Mapping[str, str | No
 
 
 # --- the contract: policies.csv and <model>.json (no I/O here) ------------------------------
-def _num(x):
+def json_number(x):
+    """x for JSON: None where it is missing or NaN (JSON has no NaN)."""
     return None if x is None or (isinstance(x, float) and math.isnan(x)) else x
 
 
@@ -378,8 +379,8 @@ def csv_text(runs: Mapping[str, Sequence[Run]]) -> str:
 def model_doc(model: str, runs: Sequence[Run]) -> dict:
     """``<model>.json``: per run the per-seed scores and every schedule (rows trained per seed)."""
     return {"model": model, "runs": [
-        {"policy": r.policy, "param": _num(r.param), "label_delay": r.label_delay, "retrains": r.retrains,
-         "score": _num(r.score), "std": _num(r.std), "scores": [_num(float(v)) for v in r.scores],
+        {"policy": r.policy, "param": json_number(r.param), "label_delay": r.label_delay, "retrains": r.retrains,
+         "score": json_number(r.score), "std": json_number(r.std), "scores": [json_number(float(v)) for v in r.scores],
          "schedules": r.schedules, **({} if r.seconds is None else {"seconds": r.seconds.tolist()}),
-         **({} if r.taus is None else {"taus": [[_num(t) if math.isfinite(t) else None for t in ts]
+         **({} if r.taus is None else {"taus": [[json_number(t) if math.isfinite(t) else None for t in ts]
                                                 for ts in r.taus]})} for r in runs]}

@@ -96,10 +96,10 @@ def compute(cohort: Cohort, cfg: PolicyConfig, E: Mapping[str, np.ndarray] | Non
 
 
 def _run_doc(r: pol.Run) -> dict:
-    doc = {"policy": r.policy, "param": pol._num(r.param), "label_delay": r.label_delay, "retrains": r.retrains,
-           "score": pol._num(r.score), "std": pol._num(r.std), "description": pol.describe(r)}
+    doc = {"policy": r.policy, "param": pol.json_number(r.param), "label_delay": r.label_delay, "retrains": r.retrains,
+           "score": pol.json_number(r.score), "std": pol.json_number(r.std), "description": pol.describe(r)}
     if r.seconds is not None:
-        doc["seconds"] = pol._num(float(np.nanmean(r.seconds)))
+        doc["seconds"] = pol.json_number(float(np.nanmean(r.seconds)))
     if r.taus is not None:  # the tau a deployer uses at the next decision (null: no retrain yet)
         tau = float(np.median([ts[-1] for ts in r.taus]))
         doc["next_tau"] = tau if math.isfinite(tau) else None
@@ -121,15 +121,15 @@ def metrics_doc(o: Outcome) -> dict:
         if not rs:
             continue
         best = o.per_model.get(m)
-        rec = {"never": pol._num(by["never", None].score)}
+        rec = {"never": pol.json_number(by["never", None].score)}
         if best is not None:
             k = min(int(round(best.retrains)), max(r.param for r in rs if r.policy == "oracle"))
-            rec.update({"chosen_score": pol._num(best.score), "chosen_retrains": best.retrains,
-                        "oracle_same_retrains": pol._num(by["oracle", k].score)})
+            rec.update({"chosen_score": pol.json_number(best.score), "chosen_retrains": best.retrains,
+                        "oracle_same_retrains": pol.json_number(by["oracle", k].score)})
         for t in pol.SIGNALS:
             r = by.get((t, pol.NESTED))
             if r is not None:
-                rec.update({f"{t}_score": pol._num(r.score), f"{t}_retrains": r.retrains})
+                rec.update({f"{t}_score": pol.json_number(r.score), f"{t}_retrains": r.retrains})
         out[m] = rec
     return out
 
