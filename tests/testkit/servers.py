@@ -118,7 +118,9 @@ class MlflowServer:
         cmd = [str(mlflow) if mlflow.exists() else "mlflow", "server", "--backend-store-uri", self.backend,
                "--artifacts-destination", str(self.artifacts), "--serve-artifacts", "-h", LOOPBACK,
                "-p", str(self.port), "--workers", str(self.workers)]
-        env = {**os.environ, **self.env}
+        # no job consumers: MLflow 3 starts seven huey processes (about 240 MB each) for server-side
+        # jobs that the runs, metrics and registry calls here never use
+        env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **self.env}
         env.pop("MLFLOW_TRACKING_URI", None)
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
