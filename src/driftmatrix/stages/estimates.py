@@ -24,7 +24,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from driftmatrix.config import Params, estimate_config, evaluation_metric
+from driftmatrix.config import METRICS, Params, estimate_config, evaluation_metric, metric_for
+from driftmatrix.data.table import DataError, DatasetMeta, read_manifest
 from driftmatrix.estimate import backtest
 from driftmatrix.estimate.backtest import Backtest, ModelScores
 from driftmatrix.estimate.cells import from_doc
@@ -39,12 +40,9 @@ DVC_METRICS = Path("metrics/estimates.json")
 def load_model(params: Params, model: str, manifest: Mapping[str, Any], scores_dir: str | Path) -> ModelScores | None:
     """One model's seed-level cells and statistics from the score docs of its current plan (keyed
     with the environment the evaluate stage recorded); None when nothing is scored."""
-    from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.units.store import ScoreStore, current_row
     from driftmatrix.units.environment import Environment
-    from driftmatrix.config import metric_for
-    from driftmatrix.units.plan import model_plan
-    from driftmatrix.units.plan import slice_hashes
+    from driftmatrix.units.plan import model_plan, slice_hashes
+    from driftmatrix.units.store import ScoreStore, current_row
 
     store = ScoreStore(scores_dir, model)
     recorded = store.environment()
@@ -77,8 +75,6 @@ def from_matrices(m) -> ModelScores:
     the noise floor only where the matrices record ``n_eval``. Cumulative windows are assumed."""
     S, K = m.seed_values.shape[0], len(m.slices)
     n = np.asarray(m.extra.get("n_eval", np.full((K, K), np.nan)), dtype=float)
-    from driftmatrix.config import METRICS
-
     metric = next((k for k, v in METRICS.items() if v.name.lower() == m.metric.lower()), m.metric.lower())
     return ModelScores(m.model, list(m.slices), list(m.seeds or range(S)), np.asarray(m.seed_values, dtype=float),
                        np.broadcast_to(n, (S, K, K)).copy(), [[[None] * K for _ in range(K)] for _ in range(S)],
@@ -128,16 +124,6 @@ def run_matrices(folder: str | Path, out_dir: str | Path, shift_threshold: float
     (out_dir / "backtest.json").write_text(json.dumps(summaries, indent=2))
     (out_dir / "backtest.csv").write_text(csv_rows(summaries))
     return summaries
-
-
-def read_manifest(slices_dir: str | Path) -> dict[str, Any]:
-    """The slices' ``manifest.json`` (``slicing.read_manifest`` without importing pandas)."""
-    from driftmatrix.data.table import DataError
-
-    path = Path(slices_dir) / "manifest.json"
-    if not path.exists():
-        raise DataError(f"{slices_dir}: no manifest.json (run `driftmatrix slice` first)")
-    return json.loads(path.read_text())
 
 
 def _nested(a: np.ndarray):
@@ -246,7 +232,6 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
         out_dir: str | Path = "outputs/estimates", metrics_path: str | Path | None = DVC_METRICS,
         track: bool = False) -> dict[str, dict[str, Any]]:
     """The whole stage; returns backtest.json's content."""
-    from driftmatrix.data.table import DataError
     from driftmatrix.estimate.domain import read_slice_inputs
 
     cfg = estimate_config(params)

@@ -87,7 +87,7 @@ def read_model(params: Params, model: str, manifest: Mapping[str, Any],
 def read_scores(params: Params, slices_dir: str | Path, scores_dir: str | Path) -> dict[str, DriftMatrices]:
     """Every configured model's matrices (models with no scored cell at all are left out)."""
     from driftmatrix.data.table import DataError
-    from driftmatrix.data.slicing import read_manifest
+    from driftmatrix.data.table import read_manifest
 
     manifest = read_manifest(slices_dir)
     out = {}

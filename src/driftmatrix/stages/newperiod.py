@@ -31,7 +31,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from driftmatrix.config import Params, estimate_config
-from driftmatrix.data.table import DataError
+from driftmatrix.data.table import DataError, DatasetMeta, read_manifest
 from driftmatrix.estimate.backtest import ModelScores, estimate_from_history
 from driftmatrix.estimate.methods import CAP_SLACK, CONFIDENCE_METHODS, METHODS
 
@@ -302,9 +302,8 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
     """Estimate every configured model's cutoff units (or only the latest cutoff) on the new
     period at ``data``, ``ahead`` periods after the last slice, and decide under each model's
     policy (``policy_dir``: the policy stage's folder); writes ``out`` (JSON and CSV)."""
-    from driftmatrix.data.table import DatasetMeta
     from driftmatrix.estimate.domain import WeightCache, read_slice_inputs
-    from driftmatrix.stages.estimates import load_model, read_manifest
+    from driftmatrix.stages.estimates import load_model
 
     cfg = estimate_config(params)
     manifest = read_manifest(slices_dir)

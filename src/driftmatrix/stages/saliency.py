@@ -219,7 +219,7 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
 
     from dataclasses import replace
 
-    from driftmatrix.data.slicing import read_manifest
+    from driftmatrix.data.table import read_manifest
 
     cfg = saliency_config(params)
     out = Path(out_dir)
