@@ -291,6 +291,18 @@ def deployable(run: Run) -> bool:
     return run.policy in ("never", "periodic") or run.param == NESTED
 
 
+def best_deployable(runs: Mapping[str, Sequence[Run]], cost: float = 0.0, budget: float | None = None,
+                    higher_is_better: bool = True) -> dict[str, Run]:
+    """Each model's deployable run with the highest score - cost * retrains (within ``budget``)."""
+    sign = 1.0 if higher_is_better else -1.0
+    best = {}
+    for model, rs in runs.items():
+        cands = [r for r in rs if deployable(r)]
+        if cands:
+            best[model] = cands[pick_best([sign * r.score for r in cands], [r.retrains for r in cands], cost, budget)]
+    return best
+
+
 def pareto(costs: Sequence[float], values: Sequence[float]) -> list[int]:
     """Indices of the points no other point beats on both (lower cost, higher value)."""
     costs, values = np.asarray(costs, float), np.asarray(values, float)
@@ -327,11 +339,7 @@ def recommend(runs: Mapping[str, Sequence[Run]], families: Mapping[str, str | No
     from driftmatrix.models.catalog import BASELINE_FAMILY
 
     sign = 1.0 if higher_is_better else -1.0
-    best: dict[str, Run] = {}
-    for model, rs in runs.items():
-        cands = [r for r in rs if deployable(r)]
-        if cands:
-            best[model] = cands[pick_best([sign * r.score for r in cands], [r.retrains for r in cands], cost, budget)]
+    best = best_deployable(runs, cost, budget, higher_is_better)
     learned = [m for m in best if families.get(m) != BASELINE_FAMILY]
     base = [m for m in best if families.get(m) == BASELINE_FAMILY]
     if not learned:
@@ -376,11 +384,15 @@ def csv_text(runs: Mapping[str, Sequence[Run]]) -> str:
     return buf.getvalue()
 
 
+def run_doc(r: Run) -> dict:
+    return {"policy": r.policy, "param": json_number(r.param), "label_delay": r.label_delay, "retrains": r.retrains,
+            "score": json_number(r.score), "std": json_number(r.std)}
+
+
 def model_doc(model: str, runs: Sequence[Run]) -> dict:
     """``<model>.json``: per run the per-seed scores and every schedule (rows trained per seed)."""
     return {"model": model, "runs": [
-        {"policy": r.policy, "param": json_number(r.param), "label_delay": r.label_delay, "retrains": r.retrains,
-         "score": json_number(r.score), "std": json_number(r.std), "scores": [json_number(float(v)) for v in r.scores],
+        {**run_doc(r), "scores": [json_number(float(v)) for v in r.scores],
          "schedules": r.schedules, **({} if r.seconds is None else {"seconds": r.seconds.tolist()}),
          **({} if r.taus is None else {"taus": [[json_number(t) if math.isfinite(t) else None for t in ts]
                                                 for ts in r.taus]})} for r in runs]}

@@ -1,17 +1,9 @@
 """The ``policy`` stage (after ``estimates``): every retraining policy replayed on each model's
-matrices (:mod:`driftmatrix.analysis.policy`), the recommended (model, policy) for
-``params.yaml: policy`` and the frontier plot. Also ``driftmatrix policy PATH`` on any folder of
-matrices (the published ones included: no estimates, no audit, so no estimate or drift trigger).
-
-Reads ``outputs/matrices`` (scores, training seconds per unit), ``outputs/estimates/<model>.json``
-(``policy_estimates``: the estimate and cumulative triggers' E) and ``outputs/audit/drift.json``
-(``window_drift``: the drift trigger's D). Writes ``outputs/policy/``: ``policies.csv`` (the
-contract), ``<model>.json`` (per run the per-seed scores, schedules, taus and training seconds),
-``recommendation.json`` (the pair, its words, and each model's own best deployable policy, which
-``driftmatrix estimate --data`` applies); and ``metrics/policy.json``. No matplotlib here (it
-would double the stage's time): the report stage draws the frontier from ``policies.csv``, logs
-the MLflow run ``policy · <dataset>`` (:func:`log_folder`) and points the registry alias
-``recommended`` at the recommended model.
+matrices (:mod:`driftmatrix.analysis.policy`) and the recommended (model, policy) for ``params.yaml:
+policy``; also ``driftmatrix policy PATH`` on any folder of matrices (no estimate or drift trigger
+without the estimates and audit stages' outputs). Inputs and ``outputs/policy/``: docs/policy.md.
+No matplotlib here (it would double the stage's time): the report stage draws the frontier, logs
+the MLflow run (:func:`log_folder`) and points the registry alias ``recommended``.
 """
 
 from __future__ import annotations
@@ -85,19 +77,11 @@ def compute(cohort: Cohort, cfg: PolicyConfig, E: Mapping[str, np.ndarray] | Non
     runs = {m: pol.evaluate(st, cfg.label_delay, E.get(m), D, seconds_of(cohort.models[m]), cohort.higher_is_better,
                             cfg.retrain_cost, cfg.budget) for m, st in cohort.stacks.items()}
     rec = pol.recommend(runs, cohort.families, cfg.retrain_cost, cfg.budget, cohort.higher_is_better, cohort.unit)
-    sign = 1.0 if cohort.higher_is_better else -1.0
-    per_model = {}
-    for m, rs in runs.items():
-        cands = [r for r in rs if pol.deployable(r)]
-        if cands:
-            per_model[m] = cands[pol.pick_best([sign * r.score for r in cands], [r.retrains for r in cands],
-                                               cfg.retrain_cost, cfg.budget)]
-    return Outcome(runs, rec, per_model, cohort)
+    return Outcome(runs, rec, pol.best_deployable(runs, cfg.retrain_cost, cfg.budget, cohort.higher_is_better), cohort)
 
 
 def _run_doc(r: pol.Run) -> dict:
-    doc = {"policy": r.policy, "param": pol.json_number(r.param), "label_delay": r.label_delay, "retrains": r.retrains,
-           "score": pol.json_number(r.score), "std": pol.json_number(r.std), "description": pol.describe(r)}
+    doc = {**pol.run_doc(r), "description": pol.describe(r)}
     if r.seconds is not None:
         doc["seconds"] = pol.json_number(float(np.nanmean(r.seconds)))
     if r.taus is not None:  # the tau a deployer uses at the next decision (null: no retrain yet)
