@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -17,8 +16,9 @@ import numpy as np
 from driftmatrix.analysis import matrixfile
 from driftmatrix.analysis.matrixfile import DriftMatrices
 from driftmatrix.analysis.tables import Cohort
-from driftmatrix.config import Params, evaluation_metric
-from driftmatrix.units.plan import ModelPlan
+from driftmatrix.config import Params, evaluation_metric, metric_for
+from driftmatrix.data.table import DataError, DatasetMeta, read_manifest
+from driftmatrix.units.plan import ModelPlan, model_plan, slice_hashes
 
 log = logging.getLogger(__name__)
 
@@ -57,12 +57,8 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
 def read_model(params: Params, model: str, manifest: Mapping[str, Any],
                scores_dir: str | Path) -> DriftMatrices | None:
     """One model's matrices from its current plan's scores (None: nothing scored yet)."""
-    from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.units.store import ScoreStore
     from driftmatrix.units.environment import Environment
-    from driftmatrix.config import metric_for
-    from driftmatrix.units.plan import model_plan
-    from driftmatrix.units.plan import slice_hashes
+    from driftmatrix.units.store import ScoreStore
 
     store = ScoreStore(scores_dir, model)
     recorded = store.environment()
@@ -86,9 +82,6 @@ def read_model(params: Params, model: str, manifest: Mapping[str, Any],
 
 def read_scores(params: Params, slices_dir: str | Path, scores_dir: str | Path) -> dict[str, DriftMatrices]:
     """Every configured model's matrices (models with no scored cell at all are left out)."""
-    from driftmatrix.data.table import DataError
-    from driftmatrix.data.table import read_manifest
-
     manifest = read_manifest(slices_dir)
     out = {}
     for name in params.models:
@@ -107,10 +100,6 @@ def _write_csv(path: Path, M: np.ndarray, slices: list[str]) -> None:
 
     pd.DataFrame(M, index=pd.Index(slices, name="trained_up_to"), columns=slices).to_csv(
         path, float_format="%.6g")
-
-
-def _clean(v):
-    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def _is_matrix_file(path: Path) -> bool:
@@ -159,7 +148,7 @@ def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path,
     files += [out_dir / "summary.json", out_dir / "summary.csv"]
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     metrics_path.write_text(json.dumps(
-        {r["model"]: {k: _clean(r[k]) for k in STATS} for r in records}, indent=2))
+        {r["model"]: {k: r[k] for k in STATS} for r in records}, indent=2))  # NaN already None
     files.append(metrics_path)
     if plots_dir is not None:
         dvcfiles.write_matrix_csvs(cohort, plots_dir)

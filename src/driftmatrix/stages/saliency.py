@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 import numpy as np
 
 from driftmatrix.config import ConfigError, Params
-from driftmatrix.data.table import DataError
+from driftmatrix.data.table import DataError, read_manifest
 
 log = logging.getLogger(__name__)
 
@@ -135,11 +135,10 @@ def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None
     """Per seed the mean saliency map (S, H, W) and mean concentration scores, and the mean image."""
     from driftmatrix.explain import concentration as conc
     from driftmatrix.explain.saliency import mean_saliency
+    from driftmatrix.units.store import CheckpointStore
 
     per_image = {"top5_share_img": lambda m: conc.top_share(conc.pool(m.cpu().numpy(), block)),
                  "entropy_img": lambda m: conc.normalised_entropy(conc.pool(m.cpu().numpy(), block))}
-    from driftmatrix.units.store import CheckpointStore
-
     store = CheckpointStore(checkpoints_dir, exp.spec.name)
     maps, image, img_scores = [], None, []
     for _, key, _ in checkpoints:
@@ -167,14 +166,11 @@ def summarise(rows: list[dict[str, Any]]):
     """Seed mean and std (ddof=1) of the concentration scores per model, cutoff and eval year."""
     import pandas as pd
 
-    frame = pd.DataFrame(rows)
-    keys = ["model", "family", "cutoff", "eval"]
-    out = frame.groupby(keys, sort=False).agg(
+    return pd.DataFrame(rows).groupby(["model", "family", "cutoff", "eval"], sort=False).agg(
         seeds=("seed", "count"), n_images=("n_images", "first"), block=("block", "first"),
         top5_share=("top5_share", "mean"), top5_share_std=("top5_share", "std"),
         entropy=("entropy", "mean"), entropy_std=("entropy", "std"),
         top5_share_img=("top5_share_img", "mean"), entropy_img=("entropy_img", "mean")).reset_index()
-    return out
 
 
 def draw_grid(cells: Mapping[tuple[str, str], np.ndarray], image: np.ndarray, models: list[str],
@@ -216,10 +212,6 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
 
     from driftmatrix.units.environment import recorded_environment
     from driftmatrix.units.experiment import Experiment
-
-    from dataclasses import replace
-
-    from driftmatrix.data.table import read_manifest
 
     cfg = saliency_config(params)
     out = Path(out_dir)
