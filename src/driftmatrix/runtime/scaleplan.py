@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
@@ -168,29 +169,18 @@ def plan(units: Sequence[Unit], slots: int, order: str = "lpt") -> dict[str, Sch
 
 
 # --- the units of a study ------------------------------------------------------------------------
-def cumulative(train_rows: Sequence[int]) -> list[int]:
-    out, total = [], 0
-    for n in train_rows:
-        total += n
-        out.append(total)
-    return out
-
-
 def gpu_units(shape: Shape, cost: PaperCost) -> list[Unit]:
     """Units costed by the authors' GPU-hours (module docstring)."""
     per_train, per_eval = cost.train_hours / cost.configs, cost.eval_hours / cost.configs
-    cum = cumulative(shape.train_rows)
-    whole = sum(cum)
-    K = len(cum)
+    cum = list(accumulate(shape.train_rows))
+    whole, K = sum(cum), len(cum)
     units = []
     for model in shape.models:
         share = shape.shares.get(model, 1.0)
-        for seed in shape.seeds:
-            for i in range(K):
-                units.append(Unit("train", shape.dataset, model, seed, i, per_train * cum[i] / whole, share))
-        for seed in shape.seeds:
-            for i in range(K):
-                units.append(Unit("evaluate", shape.dataset, model, seed, i, per_eval / K, share))
+        units += [Unit("train", shape.dataset, model, seed, i, per_train * cum[i] / whole, share)
+                  for seed in shape.seeds for i in range(K)]
+        units += [Unit("evaluate", shape.dataset, model, seed, i, per_eval / K, share)
+                  for seed in shape.seeds for i in range(K)]
     return units
 
 
@@ -199,26 +189,24 @@ def cpu_units(shape: Shape, rates: Mapping[str, tuple[float, float]] = CPU_RATES
     missing = [m for m in shape.models if m not in rates]
     if missing:
         raise ValueError(f"no measured CPU throughput for {missing}; measured: {sorted(rates)}")
-    cum = cumulative(shape.train_rows)
+    cum = list(accumulate(shape.train_rows))
     total_rows = sum(shape.rows)
     units = []
     for model in shape.models:
         train_rate, infer_rate = rates[model]
         epochs = shape.epochs.get(model, 10)
-        for seed in shape.seeds:
-            for i, n in enumerate(cum):
-                units.append(Unit("train", shape.dataset, model, seed, i, epochs * n / train_rate / 3600, 1.0))
-        for seed in shape.seeds:
-            for i in range(len(cum)):
-                units.append(Unit("evaluate", shape.dataset, model, seed, i, total_rows / infer_rate / 3600, 1.0))
+        units += [Unit("train", shape.dataset, model, seed, i, epochs * n / train_rate / 3600, 1.0)
+                  for seed in shape.seeds for i, n in enumerate(cum)]
+        units += [Unit("evaluate", shape.dataset, model, seed, i, total_rows / infer_rate / 3600, 1.0)
+                  for seed in shape.seeds for i in range(len(cum))]
     return units
 
 
 def shape_of(params, manifest: Mapping | None = None, share: float | None = None,
              periods: int | None = None, rows: int | None = None, need_rows: bool = False) -> Shape:
     """The study of ``params``: slice sizes from ``manifest``, else ``periods`` equal slices of ``rows``."""
-    from driftmatrix.config import ConfigError
-    from driftmatrix.config import runtime_config
+    from driftmatrix.config import ConfigError, runtime_config
+    from driftmatrix.models.catalog import is_baseline
 
     name = params.dataset.name
     if manifest is not None and not periods:
@@ -236,8 +224,6 @@ def shape_of(params, manifest: Mapping | None = None, share: float | None = None
         per = n / K
         every = tuple(round(per * (i + 1)) - round(per * i) for i in range(K))
         train = tuple(round(e * (1 - params.slicing.test_fraction)) for e in every)
-    from driftmatrix.models.catalog import is_baseline
-
     runtime = runtime_config(params)
     models = tuple(m for m in params.models if not is_baseline(m))  # Prior: no training to schedule
     shares = {m: share if share is not None else (runtime.resources_for(m).num_gpus or 1.0) for m in models}
