@@ -1,9 +1,6 @@
 """Data drift vs model decay: every between-slice drift measure of the audit (``drift.json``)
-against every model's drop M[i, i] - M[i, j] over the same slice pairs (Spearman rank correlation,
-:func:`driftmatrix.audit.drift.correlate`).
-
-The report stage draws it: it is the stage that reads both the audit and the model matrices,
-while the audit stage reads only the slices (it runs before any model is trained).
+against every model's drop M[i, i] - M[i, j] over the same slice pairs (Spearman rank correlation).
+The report stage draws it: the audit stage runs before any model is trained.
 """
 
 from __future__ import annotations

@@ -112,9 +112,8 @@ def _sections(cohort, audit_href: str | None, dpi: int, decay=None) -> list[tupl
         [(m, fam[m] or "-", f, dec) for m, f, dec in cohort.robustness()], d)))
     blocks = []
     for i in cohort.cutoff_indices:
-        t = [(r, m, a, b, c) for r, m, a, b, c in cohort.cutoff_table(i)]
         blocks.append(f"<div><h3>Trained up to {html.escape(cohort.slices[i])}</h3>"
-                      + _table(["rank", "model", "M_ii", "future", "decay"], t, d) + "</div>")
+                      + _table(["rank", "model", "M_ii", "future", "decay"], cohort.cutoff_table(i), d) + "</div>")
     out.append(("cutoffs", "Per-cutoff view", "<p>Cutoffs spread evenly over all slices but the "
                 "last; models ordered by their mean over the later slices.</p>"
                 f'<div class="cutoffs">{"".join(blocks)}</div>'))
@@ -203,14 +202,12 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
             f"{'higher' if cohort.higher_is_better else 'lower'} is better &middot; seeds per model: "
             f"{', '.join(map(str, seeds))} &middot; generated "
             f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
-    sections = _sections(cohort, audit_href, dpi, decay)
-    if estimates is not None:
-        from driftmatrix.reporting import estimates as est_section
+    from driftmatrix.reporting import estimates as est_section
 
-        extra = est_section.section(estimates)
-        if extra is not None:
-            sections.append(extra)
-    sections += [s for s in (policy_section(policy, policy_png), importance_section(importance)) if s is not None]
+    sections = _sections(cohort, audit_href, dpi, decay)
+    extra = (est_section.section(estimates) if estimates is not None else None, policy_section(policy, policy_png),
+             importance_section(importance))
+    sections += [s for s in extra if s is not None]
     nav = "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in sections)
     body = "".join(f'<section id="{a}"><h2>{html.escape(t)}</h2>{b}</section>' for a, t, b in sections)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
@@ -228,11 +225,8 @@ def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = No
 
     out = Path(out)
     cohort = cohort or Cohort(matrixfile.load_folder(matrices_dir))
-    href = None
-    if audit and Path(audit).exists():
-        href = os.path.relpath(Path(audit).resolve(), out.resolve().parent)
+    href = os.path.relpath(Path(audit).resolve(), out.resolve().parent) if audit and Path(audit).exists() else None
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(cohort, title, href, decay=decay, estimates=estimates, importance=importance,
-                          policy=policy, policy_png=policy_png),
-                   encoding="utf-8")
+                          policy=policy, policy_png=policy_png), encoding="utf-8")
     return out

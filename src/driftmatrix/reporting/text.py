@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from typing import Sequence
+
+from driftmatrix.analysis import advisor, policy
 
 
 def fmt(value, decimals: int = 2) -> str:
@@ -39,17 +43,11 @@ SUMMARY_FIELDS = ("model", "family", "in_distribution", "future", "decay", "td_s
 
 def summary_records(cohort) -> list[dict]:
     """The ``summarize`` records, in SUMMARY_FIELDS order, NaN as None."""
-    out = []
-    for rec in cohort.records():
-        out.append({k: (None if isinstance(rec[k], float) and math.isnan(rec[k]) else rec[k])
-                    for k in SUMMARY_FIELDS})
-    return out
+    return [{k: None if isinstance(rec[k], float) and math.isnan(rec[k]) else rec[k] for k in SUMMARY_FIELDS}
+            for rec in cohort.records()]
 
 
 def summary_csv(records: list[dict]) -> str:
-    import csv
-    import io
-
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=SUMMARY_FIELDS, lineterminator="\n")
     writer.writeheader()
@@ -58,8 +56,6 @@ def summary_csv(records: list[dict]) -> str:
 
 
 def horizon_ranking(cohort, horizon: int) -> str:
-    from driftmatrix.analysis import advisor
-
     d = decimals_for(cohort.unit)
     ranked = advisor.rank_for_horizon(cohort.stacks, horizon, cohort.higher_is_better)
     rows = [(k + 1, s.model, cohort.families.get(s.model) or "-", s.mean, s.std)
@@ -71,8 +67,6 @@ def horizon_ranking(cohort, horizon: int) -> str:
 
 def cadences(cohort, tolerance: float) -> str:
     """Per model, the longest retraining horizon that keeps it within ``tolerance`` of fresh."""
-    from driftmatrix.analysis import advisor
-
     d = decimals_for(cohort.unit)
     rows = []
     for model, stack in cohort.stacks.items():
@@ -87,8 +81,6 @@ def cadences(cohort, tolerance: float) -> str:
 
 def horizon_leaders(cohort) -> str:
     """Leader per horizon (as ranges), the crossovers, and the leader per lag for contrast."""
-    from driftmatrix.analysis import advisor
-
     d = decimals_for(cohort.unit)
     fam = cohort.families
     lead = advisor.leaders(cohort.stacks, cohort.higher_is_better)
@@ -102,8 +94,7 @@ def horizon_leaders(cohort) -> str:
     lag_rows = [(span, m, fam.get(m) or "-", a, b)
                 for span, m, a, b in advisor.leader_spans(advisor.lag_leaders(cohort.curves,
                                                                        cohort.higher_is_better), 0)]
-    out += ["", f"For contrast, the best model at each lag L (a model L periods old; "
-                f"forgetting curve F(L)):",
+    out += ["", "For contrast, the best model at each lag L (a model L periods old; forgetting curve F(L)):",
             table(["L", "leader", "family", "F at first L", "at last L"], lag_rows, d)]
     return "\n".join(out)
 
@@ -112,8 +103,6 @@ def policies(cohort, runs, rec, cost: float = 0.0, budget=None) -> str:
     """Per model: never, the best periodic cadence for the price of a retrain, the hindsight oracle
     with as many retrains, each trigger with its tau chosen causally; the Pareto frontier across
     models; the recommended pair in words."""
-    from driftmatrix.analysis import policy
-
     d, sign = decimals_for(cohort.unit), 1.0 if cohort.higher_is_better else -1.0
     triggers = [t for t in policy.SIGNALS if any(r.policy == t for rs in runs.values() for r in rs)]
     heads = ["model", "family", "never", "H", "retrains", "every H", "oracle, same retrains"]
