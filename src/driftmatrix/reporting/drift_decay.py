@@ -23,10 +23,6 @@ def read_audit(path: str | Path | None) -> dict[str, Any] | None:
     return json.loads(doc.read_text()) if doc.exists() else None
 
 
-def _matrix(rows: Sequence[Sequence[float | None]]) -> np.ndarray:
-    return np.array([[np.nan if v is None else v for v in row] for row in rows], dtype=float)
-
-
 def on_slices(slices: Sequence[str], mean: np.ndarray, labels: Sequence[str]) -> np.ndarray:
     """A model's seed-mean matrix re-indexed onto the audit's slice ``labels`` (NaN where missing)."""
     pos = {s: n for n, s in enumerate(slices)}
@@ -44,7 +40,7 @@ def correlations(audit: Mapping[str, Any], cohort) -> list[dict[str, Any]]:
     for name, mm in cohort.models.items():
         model = on_slices(mm.slices, mm.mean, labels)
         for measure, ms in audit["measures"].items():
-            values = _matrix(ms["values"])
+            values = np.array(ms["values"], dtype=float)  # null -> NaN
             data_drift = values if ms["higher_is_more_drift"] else 1.0 - values
             out.append({"model": name, "measure": measure, "higher_is_better": mm.higher_is_better,
                         **correlate(data_drift, model, mm.higher_is_better)})

@@ -28,7 +28,7 @@ def n_eval_grid(m) -> np.ndarray | None:
     if grid is None:
         return None
     try:
-        arr = np.array([[np.nan if v is None else v for v in row] for row in grid], dtype=float)
+        arr = np.array(grid, dtype=float)  # None -> NaN
     except (TypeError, ValueError):
         return None
     k = len(m.slices)

@@ -215,16 +215,11 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
             f'<p class="meta">{meta}</p><nav>{nav}</nav>{body}</body></html>')
 
 
-def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = None,
-        title: str | None = None, cohort=None, decay=None, estimates: str | Path | None = None,
-        importance: str | Path | None = None, policy: str | Path | None = None,
+def run(cohort, out: str | Path, audit: str | Path | None = None, title: str | None = None, decay=None,
+        estimates: str | Path | None = None, importance: str | Path | None = None, policy: str | Path | None = None,
         policy_png: Path | None = None) -> Path:
-    """Write the report of a folder of drift-matrix JSON (or of an already built cohort)."""
-    from driftmatrix.analysis import matrixfile
-    from driftmatrix.analysis.tables import Cohort
-
+    """Write the report of a cohort to ``out``."""
     out = Path(out)
-    cohort = cohort or Cohort(matrixfile.load_folder(matrices_dir))
     href = os.path.relpath(Path(audit).resolve(), out.resolve().parent) if audit and Path(audit).exists() else None
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(render(cohort, title, href, decay=decay, estimates=estimates, importance=importance,

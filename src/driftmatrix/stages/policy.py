@@ -60,7 +60,7 @@ def window_drift(audit_dir: Path | None, slices) -> np.ndarray | None:
 def seconds_of(dm) -> np.ndarray | None:
     """(S, K) training seconds per unit from the matrices' provenance (NaN where unknown)."""
     secs = dm.extra.get("seconds")
-    return None if secs is None else np.array([[np.nan if v is None else v for v in row] for row in secs], float)
+    return None if secs is None else np.array(secs, float)  # None -> NaN
 
 
 @dataclass(frozen=True)
