@@ -23,8 +23,7 @@ class HorizonScore:
 
 
 def horizon_score(stack: np.ndarray, horizon: int, model: str = "") -> HorizonScore:
-    """Served score when retraining every ``horizon`` periods (seed stack (S, K, K)), with its
-    seed spread."""
+    """Served score when retraining every ``horizon`` periods (seed stack (S, K, K)), with its seed spread."""
     per_seed = periodic_scores(stack, horizon)
     return HorizonScore(model, nanmean(per_seed), nanstd(per_seed, ddof=1))
 

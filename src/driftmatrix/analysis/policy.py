@@ -240,12 +240,10 @@ class Run:
 def evaluate(stack: np.ndarray, d: int = 0, E: np.ndarray | None = None, D: np.ndarray | None = None,
              seconds: np.ndarray | None = None, higher_is_better: bool = True, cost: float = 0.0,
              budget: float | None = None) -> list[Run]:
-    """Every policy on one model's seed stack (S, K, K): never, periodic(H), the oracle for every
-    k (per seed; ``oracle-mean``: the DP on the seed-mean matrix, one schedule for all seeds), and
-    each trigger whose inputs are given (label: M; estimate, cumulative: E; drift: D; each (S, K, K)
-    or (K, K)) at every grid tau and ``nested``. ``seconds``: (S, K) per row.
-    ``cost`` (points per retrain) and ``budget`` steer the nested choice of tau. Empty when
-    nothing is served (K - 1 - d < 1)."""
+    """Every policy on one model's seed stack (S, K, K): never, periodic(H), the oracle for every k
+    (per seed, and ``oracle-mean`` on the seed-mean matrix), and each trigger whose input is given
+    (E, D: (S, K, K) or (K, K)) at every grid tau and ``nested`` (tau chosen for ``cost`` per retrain
+    within ``budget``). ``seconds``: (S, K) per row. Empty when nothing is served."""
     S, K, _ = stack.shape
     R = K - 1 - d
     if R < 1:

@@ -1,9 +1,6 @@
-"""Figures in the paper's conventions.
-
-Drift matrices: rows = training cutoff ("trained up to"), columns = evaluated slice, time
-increasing up and to the right from a lower-left origin, dashed diagonal. Scores use a
-sequential scale, deviations a zero-centred diverging one; callers pass one scale for all the
-models of a dataset so that colours compare across panels. matplotlib is imported lazily (Agg).
+"""Figures in the paper's conventions: drift matrices with rows = training cutoff, columns =
+evaluated slice, time increasing up and to the right, dashed diagonal; one colour scale per cohort
+(sequential for scores, zero-centred diverging for deviations). matplotlib is imported lazily (Agg).
 """
 
 from __future__ import annotations
@@ -181,9 +178,8 @@ def td_figure(slopes: Mapping[str, np.ndarray], slices, *, colours: Mapping[str,
 
 
 def policy_frontier(rows: Sequence[Mapping[str, str]], metric: str, unit: str, higher_is_better: bool):
-    """Retrains against served score per model from ``policies.csv`` rows: the hindsight oracle as
-    a line, never and periodic(H) as circles, each trigger with its tau chosen causally
-    (``param`` nested) as its own marker."""
+    """Retrains against served score per model from ``policies.csv`` rows: the oracle as a line,
+    never and periodic(H) as circles, each nested trigger as its own marker."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9.0, 4.2))
     marks = {"estimate": "^", "cumulative": "v", "label": "s", "drift": "D"}

@@ -1,10 +1,6 @@
-"""One self-contained HTML report of a cohort of drift matrices.
-
-Interactive matrices and curves are drawn by an inline script from inline data
-(:mod:`driftmatrix.reporting.interactive`); the static figures are PNGs inlined as base64 data
-URIs. Nothing is loaded from anywhere else (no script, stylesheet or font), so the file can be
-mailed, archived as an MLflow artifact, or opened offline.
-"""
+"""One self-contained HTML report of a cohort of drift matrices: interactive parts drawn by an
+inline script (:mod:`driftmatrix.reporting.interactive`), figures as base64 PNGs, nothing loaded
+from elsewhere, so the file can be mailed, archived as an MLflow artifact, or opened offline."""
 
 from __future__ import annotations
 
@@ -155,8 +151,7 @@ def _sections(cohort, audit_href: str | None, dpi: int, decay=None) -> list[tupl
 
 
 def importance_section(folder: str | Path | None) -> tuple[str, str, str] | None:
-    """(anchor, title, html) of the tabular models' permutation importance per cutoff (the
-    importance stage's heatmaps, features x cutoffs), or None when it drew none."""
+    """(anchor, title, html) of the importance stage's heatmaps, or None when it drew none."""
     if folder is None or not Path(folder).is_dir():
         return None
     pngs = sorted(Path(folder).glob("*.png"))
@@ -169,8 +164,7 @@ def importance_section(folder: str | Path | None) -> tuple[str, str, str] | None
 
 
 def policy_section(folder: str | Path | None, png: Path | None = None) -> tuple[str, str, str] | None:
-    """(anchor, title, html) of the policy stage's recommendation and the frontier ``png``, or None
-    without a policy stage's folder."""
+    """(anchor, title, html) of the policy stage's recommendation and frontier ``png``, or None."""
     path = None if folder is None else Path(folder) / "recommendation.json"
     if path is None or not path.exists():
         return None
@@ -190,9 +184,7 @@ def policy_section(folder: str | Path | None, png: Path | None = None) -> tuple[
 def render(cohort, title: str | None = None, audit_href: str | None = None, dpi: int = 85, decay=None,
            estimates: str | Path | None = None, importance: str | Path | None = None,
            policy: str | Path | None = None, policy_png: Path | None = None) -> str:
-    """The whole report as one HTML string; ``decay``: the rows of
-    :func:`driftmatrix.reporting.drift_decay.correlations` (None: no audit, no such section);
-    ``estimates``: a folder of the estimates stage (its section when it holds a backtest)."""
+    """The whole report as one HTML string; ``decay``: :func:`drift_decay.correlations` (None: no audit)."""
     title = title or f"Drift matrices: {cohort.first.dataset or 'dataset'}"
     k = len(cohort.slices)
     seeds = sorted({m.n_seeds for m in cohort.models.values()})

@@ -1,10 +1,8 @@
 """The report's interactive figures: hoverable drift matrices and togglable forgetting curves.
 
-Still one offline file: the matrices travel as one inline JSON block that a short inline script
-draws on a ``<canvas>`` per model (a K = 104 cohort of 21 models would be ~230k SVG nodes), and a
-hover shows the cell's value, seed std, rows scored (n_eval) and seeds. The curves are inline
-SVG, one group per model, shown or hidden by the legend's checkboxes. Colours, scale and
-orientation (time increasing up and to the right) are those of the static PNG figures.
+The matrices travel as one inline JSON block that a short script draws on a ``<canvas>`` per model
+(a K = 104 cohort of 21 models would be ~230k SVG nodes); the curves are inline SVG, one group per
+model. Colours, scale and orientation are those of the static PNG figures.
 """
 
 from __future__ import annotations

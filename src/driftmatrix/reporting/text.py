@@ -100,9 +100,8 @@ def horizon_leaders(cohort) -> str:
 
 
 def policies(cohort, runs, rec, cost: float = 0.0, budget=None) -> str:
-    """Per model: never, the best periodic cadence for the price of a retrain, the hindsight oracle
-    with as many retrains, each trigger with its tau chosen causally; the Pareto frontier across
-    models; the recommended pair in words."""
+    """Per model: never, the best periodic cadence, the oracle with as many retrains, each nested
+    trigger; the Pareto frontier across models; the recommended pair in words."""
     d, sign = decimals_for(cohort.unit), 1.0 if cohort.higher_is_better else -1.0
     triggers = [t for t in policy.SIGNALS if any(r.policy == t for rs in runs.values() for r in rs)]
     heads = ["model", "family", "never", "H", "retrains", "every H", "oracle, same retrains"]
