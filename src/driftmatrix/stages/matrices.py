@@ -18,7 +18,9 @@ from driftmatrix.analysis.matrixfile import DriftMatrices
 from driftmatrix.analysis.tables import Cohort
 from driftmatrix.config import Params, evaluation_metric, metric_for
 from driftmatrix.data.table import DataError, DatasetMeta, read_manifest
+from driftmatrix.units.environment import Environment
 from driftmatrix.units.plan import ModelPlan, model_plan, slice_hashes
+from driftmatrix.units.store import ScoreStore, current_row
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +34,6 @@ DVC_MATRICES = Path("metrics/matrices")
 def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[str, Any]],
              metric, dataset: str, precision: str = "") -> DriftMatrices:
     """The (S, K, K) seed stack of exactly the plan's cells (pure), unscored cells NaN, and ``extra``."""
-    from driftmatrix.units.store import current_row
-
     K, S = len(plan.labels), len(plan.seeds)
     stack, n_eval = np.full((S, K, K), np.nan), np.full((K, K), np.nan)
     for unit in plan.units:
@@ -57,9 +57,6 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
 def read_model(params: Params, model: str, manifest: Mapping[str, Any],
                scores_dir: str | Path) -> DriftMatrices | None:
     """One model's matrices from its current plan's scores (None: nothing scored yet)."""
-    from driftmatrix.units.environment import Environment
-    from driftmatrix.units.store import ScoreStore
-
     store = ScoreStore(scores_dir, model)
     recorded = store.environment()
     if recorded is None:

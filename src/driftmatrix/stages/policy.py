@@ -97,8 +97,7 @@ def recommendation_doc(o: Outcome, cfg: PolicyConfig) -> dict:
 
 
 def metrics_doc(o: Outcome) -> dict:
-    """Flat numbers per model for `dvc metrics show` / `dvc exp show`: never, the chosen policy,
-    each trigger with its tau chosen causally, and the oracle at the chosen policy's retrains."""
+    """Flat numbers per model for `dvc exp show`: never, the chosen policy, each nested trigger, the oracle."""
     out: dict = {"recommended": o.rec.model or "none"}
     for m, rs in o.runs.items():
         by = {(r.policy, r.param): r for r in rs}
@@ -141,8 +140,7 @@ def run(matrices_dir: str | Path = "outputs/matrices", out_dir: str | Path = "ou
 
 
 def log_folder(params, out_dir: str | Path = "outputs/policy", plot: Path | None = None) -> str | None:
-    """One MLflow run ``policy · <dataset>`` (tag kind=policy) with each model's chosen policy's
-    numbers, the folder's files and the frontier ``plot`` (None when the stage wrote nothing)."""
+    """One MLflow run ``policy · <dataset>``: each model's chosen policy, the files and ``plot`` (None: no folder)."""
     out_dir = Path(out_dir)
     rec_path = out_dir / "recommendation.json"
     if not rec_path.exists():

@@ -10,6 +10,7 @@ to it (one MLflow start for all), and makes the model registry agree with the ma
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import math
@@ -18,14 +19,13 @@ from pathlib import Path
 from driftmatrix.analysis import matrixfile
 from driftmatrix.analysis.tables import Cohort
 from driftmatrix.config import Params
+from driftmatrix.reporting import drift_decay, figures, html
 
 log = logging.getLogger(__name__)
 
 
 def write_plots(cohort: Cohort, plots_dir: Path) -> list[Path]:
     """One heatmap per model, on one colour scale for the cohort."""
-    from driftmatrix.reporting import figures
-
     sc = figures.scales(cohort)
     return [figures.save(figures.model_heatmap(cohort, name, sc), plots_dir / f"{name}.png")
             for name in cohort.models]
@@ -33,10 +33,6 @@ def write_plots(cohort: Cohort, plots_dir: Path) -> list[Path]:
 
 def write_frontier(cohort: Cohort, policies: Path, png: Path) -> Path | None:
     """The policy stage's frontier (``policies.csv``) as a PNG, or None without one."""
-    import csv
-
-    from driftmatrix.reporting import figures
-
     if not policies.exists():
         return None
     with policies.open() as f:
@@ -66,12 +62,8 @@ def log_to_mlflow(params: Params, cohort: Cohort, matrices: list[Path], plots: l
 def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path = "outputs/report/report.html",
         audit: str | Path | None = "outputs/audit/report.html", title: str | None = None,
         params: Params | None = None, estimates: str | Path | None = None) -> Path:
-    """The whole stage; returns the report's path. With ``params``, the MLflow run is logged to
-    its tracking store (the DVC stage); without, nothing is tracked (a report of any folder).
-    ``estimates``: the estimates stage's folder (default: ``estimates/`` beside the matrices; its
-    section appears when it holds a backtest)."""
-    from driftmatrix.reporting import drift_decay, html
-
+    """The whole stage; returns the report's path. Only with ``params`` (the DVC stage) is anything
+    tracked. ``estimates``: the estimates stage's folder (default: beside the matrices)."""
     matrices_dir, report_path = Path(matrices_dir), Path(report_path)
     estimates = matrices_dir.parent / "estimates" if estimates is None else estimates
     cohort = Cohort(matrixfile.load_folder(matrices_dir))

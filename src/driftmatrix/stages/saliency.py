@@ -10,12 +10,19 @@ import json
 import logging
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from driftmatrix.config import ConfigError, Params
 from driftmatrix.data.table import DataError, read_manifest
+from driftmatrix.explain import concentration as conc
+from driftmatrix.learn.score import eval_mask
+from driftmatrix.models.catalog import REGISTRY
+from driftmatrix.tracking import runs as tracking
+from driftmatrix.units.environment import recorded_environment
+from driftmatrix.units.experiment import Experiment
+from driftmatrix.units.store import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +59,6 @@ def saliency_config(params: Params) -> SaliencyConfig:
 
 def applicable_pairs(cfg: SaliencyConfig, params: Params, labels: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     """The configured (model, cutoff) pairs saliency can compute here, and why each other cannot."""
-    from driftmatrix.models.catalog import REGISTRY
-
     kept, skipped = [], []
     for model, cutoff in cfg.pairs:
         if model not in params.models:
@@ -77,20 +82,10 @@ def slice_index(labels: list[str], label: str, what: str) -> int:
 
 def select_rows(slice_ids: np.ndarray, split: np.ndarray, cutoff: int, j: int, n: int) -> np.ndarray:
     """Up to ``n`` rows of the evaluation set of cell (cutoff, j), sorted; the draw depends on j only."""
-    from driftmatrix.learn.score import eval_mask
-
     rows = np.flatnonzero(eval_mask(slice_ids, split, cutoff, j))
     if len(rows) > n:
         rows = np.sort(np.random.default_rng(j).choice(rows, n, replace=False))
     return rows
-
-
-def pixel_batches(pixels, rows: np.ndarray, batch_size: int) -> Iterator:
-    """Normalised pixel batches (B, 3, H, W) of ``rows`` from a ``PixelInputs``."""
-    import torch
-
-    for start in range(0, len(rows), batch_size):
-        yield pixels.batch(torch.as_tensor(rows[start:start + batch_size]))[0]
 
 
 def forward_builder(exp):
@@ -119,8 +114,6 @@ def pixel_inputs(exp, slices_dir: str | Path):
 def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
                    run_ids: Mapping[str, str] | None = None) -> list[tuple[int, str, str | None]]:
     """(seed, unit key, run id) of every seed of the plan whose unit at ``cutoff`` is trained."""
-    from driftmatrix.units.store import CheckpointStore
-
     store = CheckpointStore(checkpoints_dir, exp.spec.name)
     found = [(s, exp.plan.unit(s, cutoff).key) for s in exp.plan.seeds]
     found = [(s, k, (run_ids or {}).get(k)) for s, k in found if store.done(k)]
@@ -133,9 +126,9 @@ def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
 def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None]], rows: np.ndarray,
               batch_size: int, block: int = 1, checkpoints_dir: str | Path = "outputs/checkpoints") -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
     """Per seed the mean saliency map (S, H, W) and mean concentration scores, and the mean image."""
-    from driftmatrix.explain import concentration as conc
+    import torch
+
     from driftmatrix.explain.saliency import mean_saliency
-    from driftmatrix.units.store import CheckpointStore
 
     per_image = {"top5_share_img": lambda m: conc.top_share(conc.pool(m.cpu().numpy(), block)),
                  "entropy_img": lambda m: conc.normalised_entropy(conc.pool(m.cpu().numpy(), block))}
@@ -144,7 +137,8 @@ def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None
     for _, key, _ in checkpoints:
         module, prepare = forward(exp.load_unit(store, key))
         module.eval()
-        summary = mean_saliency(module, pixel_batches(pixels, rows, batch_size), prepare, per_image)
+        batches = (pixels.batch(torch.as_tensor(rows[k:k + batch_size]))[0] for k in range(0, len(rows), batch_size))
+        summary = mean_saliency(module, batches, prepare, per_image)
         maps.append(summary.mean_map.cpu().numpy())
         img_scores.append(dict(summary.per_image))
         image = ((summary.mean_image.cpu().numpy().transpose(1, 2, 0) + 1.0) / 2.0).clip(0, 1)
@@ -155,10 +149,8 @@ def concentration_rows(model: str, family: str, cutoff: str, eval_year: str, see
                        maps: np.ndarray, img_scores: list[dict[str, float]], n_images: int,
                        block: int = 1) -> list[dict[str, Any]]:
     """One table row per seed: scores of the mean map, and mean per-image scores."""
-    from driftmatrix.explain.concentration import scores
-
     return [{"model": model, "family": family, "cutoff": cutoff, "eval": eval_year, "seed": s,
-             "n_images": n_images, "block": block, **scores(m, block), **extra}
+             "n_images": n_images, "block": block, **conc.scores(m, block), **extra}
             for s, m, extra in zip(seeds, maps, img_scores)]
 
 
@@ -176,7 +168,7 @@ def summarise(rows: list[dict[str, Any]]):
 def draw_grid(cells: Mapping[tuple[str, str], np.ndarray], image: np.ndarray, models: list[str],
               cutoffs: list[str], eval_year: str, path: Path) -> Path:
     """Models as rows, the evaluation year's mean image then one column per cutoff."""
-    from driftmatrix.reporting.figures import _plt
+    from driftmatrix.reporting.figures import _plt, save
 
     plt = _plt()
     fig, axes = plt.subplots(len(models), len(cutoffs) + 1, squeeze=False,
@@ -198,10 +190,7 @@ def draw_grid(cells: Mapping[tuple[str, str], np.ndarray], image: np.ndarray, mo
         ax.set_yticks([])
     fig.suptitle(f"Gradient saliency, evaluated on {eval_year}", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=110)
 
 
 def run(params: Params, slices_dir: str | Path = "outputs/slices",
@@ -209,9 +198,6 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
         log_mlflow: bool = True, features_dir: str | Path = "outputs/features") -> dict[str, Any]:
     """Compute every configured cell, write arrays, tables and figures; log to the checkpoints' runs."""
     import pandas as pd
-
-    from driftmatrix.units.environment import recorded_environment
-    from driftmatrix.units.experiment import Experiment
 
     cfg = saliency_config(params)
     out = Path(out_dir)
@@ -275,8 +261,6 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
 
 
 def _live_runs(params: Params, dataset: str, model: str) -> dict[str, str]:
-    from driftmatrix.tracking import runs as tracking
-
     return tracking.live_runs(tracking.configure(params.tracking), dataset, model)
 
 
@@ -288,8 +272,6 @@ def _log_runs(params: Params, logged, table, figures) -> None:
     import mlflow
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
-
-    from driftmatrix.tracking import runs as tracking
 
     tracking.configure(params.tracking)
     client, now = MlflowClient(), int(time.time() * 1000)
