@@ -1,19 +1,16 @@
 """Plan a study on N GPUs (or N CPU workers) before having them: simulate the Ray schedule of its
-units.
-
-Units are a preset's (model, seed, cutoff) training jobs, then one evaluation per checkpoint. Cost
-scales: ``gpu``, the authors' A100 GPU-hours per dataset split evenly over configurations and over
-cutoffs by training rows; ``cpu``, throughput measured here (``CPU_RATES``, ``bench/unit_cost.py``).
-The schedule is Ray's list scheduling with fractional resources and backfill, queue order ``lpt`` or
-``fifo``, with a barrier between training and evaluation (docs/scaling.md). A packed unit is assumed
-to run as fast as alone: the premise of packing, and the reason to plan with ``--share 1`` as well."""
+(model, seed, cutoff) training units, then one evaluation per checkpoint (docs/scaling.md). Costs:
+``gpu``, the authors' A100 GPU-hours split over configurations and over cutoffs by training rows;
+``cpu``, throughput measured here (``CPU_RATES``). The schedule is Ray's list scheduling with
+fractional resources and backfill, with a barrier between training and evaluation; a packed unit is
+assumed to run as fast as alone (the reason to plan with ``--share 1`` as well)."""
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
-from itertools import accumulate
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Iterable, Mapping, Sequence
 
 GRAIN = 10_000  # resources are counted in 1/10,000ths of a slot, as Ray does: 0.25 and 1/3 pack exactly
@@ -69,21 +66,23 @@ class Unit:
     share: float  # of one slot
 
 
-@dataclass(frozen=True)
-class Schedule:
-    slots: int
-    units: int
-    makespan: float  # hours
-    busy: float  # slot-hours held by units (hours x share)
-
-    @property
-    def utilisation(self) -> float:
-        return self.busy / (self.slots * self.makespan) if self.makespan else 0.0
-
+class _Billed:
     @property
     def billed(self) -> float:
         """Slot-hours paid for: every slot held for the whole makespan."""
         return self.slots * self.makespan
+
+    @property
+    def utilisation(self) -> float:
+        return self.busy / self.billed if self.billed else 0.0
+
+
+@dataclass(frozen=True)
+class Schedule(_Billed):
+    slots: int
+    units: int
+    makespan: float  # hours
+    busy: float  # slot-hours held by units (hours x share)
 
 
 @dataclass(frozen=True)
@@ -233,7 +232,7 @@ def shape_of(params, manifest: Mapping | None = None, share: float | None = None
 
 # --- report --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Row:
+class Row(_Billed):
     study: str
     units: int
     slots: int
@@ -246,14 +245,6 @@ class Row:
     @property
     def busy(self) -> float:
         return sum(s.busy for s in self.stages.values())
-
-    @property
-    def billed(self) -> float:
-        return self.slots * self.makespan
-
-    @property
-    def utilisation(self) -> float:
-        return self.busy / self.billed if self.billed else 0.0
 
 
 def rows_for(studies: Mapping[str, Sequence[Unit]], slots: Iterable[int], order: str = "lpt") -> list[Row]:
