@@ -11,6 +11,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from driftmatrix.audit.drift import correlate
+from driftmatrix.audit.figures import scatter
+
 SCATTERS = 6  # scatter plots in the report, at most
 
 
@@ -33,8 +36,6 @@ def on_slices(slices: Sequence[str], mean: np.ndarray, labels: Sequence[str]) ->
 
 def correlations(audit: Mapping[str, Any], cohort) -> list[dict[str, Any]]:
     """One row per (model, measure): Spearman rho, p-value, n pairs, and the pairs themselves."""
-    from driftmatrix.audit.drift import correlate
-
     labels = audit["slices"]
     out = []
     for name, mm in cohort.models.items():
@@ -49,8 +50,6 @@ def correlations(audit: Mapping[str, Any], cohort) -> list[dict[str, Any]]:
 
 def scatters(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, bytes]]:
     """(caption, PNG) of drift against drop for the first :data:`SCATTERS` rows with a rho."""
-    from driftmatrix.audit.figures import scatter
-
     shown = [c for c in rows if c["spearman"] is not None][:SCATTERS]
     return [(f"{c['model']} vs {c['measure']}",
              scatter(c["drift"], c["drop"], c["measure"], "model drop M[i,i]-M[i,j]",

@@ -12,6 +12,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from driftmatrix.analysis.td_score import td_slopes
+
 SEQUENTIAL = "viridis"
 DIVERGING = "RdBu"  # red = below the cohort, blue = above (for higher-is-better)
 MAX_TICKS = 8
@@ -104,10 +106,8 @@ def matrix_grid(matrices: Mapping[str, np.ndarray], slices, *, vmin: float, vmax
 
 
 def family_colours(families: Mapping[str, str | None]) -> dict[str, tuple]:
-    plt = _plt()
-    names = sorted({f or "other" for f in families.values()})
-    cmap = plt.get_cmap("tab10")
-    return {f: cmap(k % 10) for k, f in enumerate(names)}
+    cmap = _plt().get_cmap("tab10")
+    return {f: cmap(k % 10) for k, f in enumerate(sorted({f or "other" for f in families.values()}))}
 
 
 def curves_figure(curves: Mapping, *, title: str, ylabel: str,
@@ -118,11 +118,9 @@ def curves_figure(curves: Mapping, *, title: str, ylabel: str,
     for name, c in curves.items():
         lags = np.arange(len(c.mean))
         colour = (colours or {}).get(name)
-        line, = ax.plot(lags, c.mean, lw=1.2, label=name, color=colour,
-                        ls=(styles or {}).get(name, "-"))
+        line, = ax.plot(lags, c.mean, lw=1.2, label=name, color=colour, ls=(styles or {}).get(name, "-"))
         if np.any(~np.isnan(c.std)):
-            ax.fill_between(lags, c.mean - c.std, c.mean + c.std, color=line.get_color(),
-                            alpha=0.15, lw=0)
+            ax.fill_between(lags, c.mean - c.std, c.mean + c.std, color=line.get_color(), alpha=0.15, lw=0)
     ax.set_xlabel("lag (slices between training cutoff and evaluated slice)")
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
@@ -245,8 +243,6 @@ def model_heatmap(cohort, model: str, sc: dict | None = None):
 
 def cohort_figures(cohort):
     """(key, caption, figure) for every report figure, generated one at a time."""
-    from driftmatrix.analysis.td_score import td_slopes
-
     sc = scales(cohort)
     vmin, vmax = sc["range"]
     label = metric_label(cohort)

@@ -13,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from driftmatrix.analysis import advisor
-from driftmatrix.reporting import figures, interactive
+from driftmatrix.reporting import drift_decay, estimates as est_section, figures, interactive
 from driftmatrix.reporting.text import decimals_for
 
 CSS = """
@@ -72,8 +72,6 @@ def _setup_table(cohort) -> str:
 
 def _decay_section(rows) -> str:
     """Data drift (audit) against each model's drop: table and scatter plots."""
-    from driftmatrix.reporting import drift_decay
-
     if not rows:
         return "<p>The audit measured no drift between slices that the models were scored on.</p>"
     table = _table(["model", "drift measure", "pairs", "Spearman rho", "p-value"],
@@ -106,10 +104,9 @@ def _sections(cohort, audit_href: str | None, dpi: int, decay=None) -> list[tupl
     out.append(("robustness", "Temporal robustness (by decay)", _table(
         ["model", "family", "future", "decay"],
         [(m, fam[m] or "-", f, dec) for m, f, dec in cohort.robustness()], d)))
-    blocks = []
-    for i in cohort.cutoff_indices:
-        blocks.append(f"<div><h3>Trained up to {html.escape(cohort.slices[i])}</h3>"
-                      + _table(["rank", "model", "M_ii", "future", "decay"], cohort.cutoff_table(i), d) + "</div>")
+    blocks = [f"<div><h3>Trained up to {html.escape(cohort.slices[i])}</h3>"
+              + _table(["rank", "model", "M_ii", "future", "decay"], cohort.cutoff_table(i), d) + "</div>"
+              for i in cohort.cutoff_indices]
     out.append(("cutoffs", "Per-cutoff view", "<p>Cutoffs spread evenly over all slices but the "
                 "last; models ordered by their mean over the later slices.</p>"
                 f'<div class="cutoffs">{"".join(blocks)}</div>'))
@@ -194,8 +191,6 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
             f"{'higher' if cohort.higher_is_better else 'lower'} is better &middot; seeds per model: "
             f"{', '.join(map(str, seeds))} &middot; generated "
             f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
-    from driftmatrix.reporting import estimates as est_section
-
     sections = _sections(cohort, audit_href, dpi, decay)
     extra = (est_section.section(estimates) if estimates is not None else None, policy_section(policy, policy_png),
              importance_section(importance))
@@ -207,13 +202,10 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
             f'<p class="meta">{meta}</p><nav>{nav}</nav>{body}</body></html>')
 
 
-def run(cohort, out: str | Path, audit: str | Path | None = None, title: str | None = None, decay=None,
-        estimates: str | Path | None = None, importance: str | Path | None = None, policy: str | Path | None = None,
-        policy_png: Path | None = None) -> Path:
-    """Write the report of a cohort to ``out``."""
+def run(cohort, out: str | Path, audit: str | Path | None = None, title: str | None = None, **sections) -> Path:
+    """Write the report of a cohort to ``out``, linking the ``audit`` report; ``sections``: :func:`render`'s."""
     out = Path(out)
     href = os.path.relpath(Path(audit).resolve(), out.resolve().parent) if audit and Path(audit).exists() else None
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(cohort, title, href, decay=decay, estimates=estimates, importance=importance,
-                          policy=policy, policy_png=policy_png), encoding="utf-8")
+    out.write_text(render(cohort, title, href, **sections), encoding="utf-8")
     return out

@@ -148,9 +148,8 @@ def curves_svg(cohort, ylabel: str, width: int = 720, height: int = 320) -> str:
             f"training cutoff)</text>",
             f'<text transform="translate(12 {(top + height - bottom) / 2}) rotate(-90)" '
             f'text-anchor="middle">{html.escape(ylabel)}</text>']
-    for lag in figures.tick_positions(n):
-        x, _ = px(lag, lo)
-        axes.append(f'<text x="{x}" y="{height - bottom + 14}" text-anchor="middle">{lag}</text>')
+    axes += [f'<text x="{px(lag, lo)[0]}" y="{height - bottom + 14}" text-anchor="middle">{lag}</text>'
+             for lag in figures.tick_positions(n)]
     for v in np.linspace(lo, hi, 5):
         _, y = px(0, v)
         axes.append(f'<text x="{left - 4}" y="{y + 3}" text-anchor="end">{v:.3g}</text>'
@@ -163,8 +162,9 @@ def curves_svg(cohort, ylabel: str, width: int = 720, height: int = 320) -> str:
         pts = [px(lag, v) for lag, v in enumerate(c.mean) if ok[lag]]
         band = ""
         if np.any(~np.isnan(c.std[ok])):
-            upper = [px(lag, c.mean[lag] + c.std[lag]) for lag in range(len(c.mean)) if ok[lag] and not np.isnan(c.std[lag])]
-            lower = [px(lag, c.mean[lag] - c.std[lag]) for lag in range(len(c.mean)) if ok[lag] and not np.isnan(c.std[lag])]
+            banded = [lag for lag in range(len(c.mean)) if ok[lag] and not np.isnan(c.std[lag])]
+            upper = [px(lag, c.mean[lag] + c.std[lag]) for lag in banded]
+            lower = [px(lag, c.mean[lag] - c.std[lag]) for lag in banded]
             band = (f'<polygon fill="{colour}" fill-opacity="0.15" stroke="none" points="'
                     + " ".join(f"{x},{y}" for x, y in upper + lower[::-1]) + '"/>')
         dots = "".join(f'<circle cx="{x}" cy="{y}" r="2.5" fill="{colour}"><title>{html.escape(name)} lag {lag}: '

@@ -68,10 +68,8 @@ def horizon_ranking(cohort, horizon: int) -> str:
 def cadences(cohort, tolerance: float) -> str:
     """Per model, the longest retraining horizon that keeps it within ``tolerance`` of fresh."""
     d = decimals_for(cohort.unit)
-    rows = []
-    for model, stack in cohort.stacks.items():
-        c = advisor.cadence(model, stack, tolerance, cohort.higher_is_better)
-        rows.append((c.model, cohort.families.get(model) or "-", c.horizon, c.every_period, c.expected))
+    found = [advisor.cadence(m, stack, tolerance, cohort.higher_is_better) for m, stack in cohort.stacks.items()]
+    rows = [(c.model, cohort.families.get(c.model) or "-", c.horizon, c.every_period, c.expected) for c in found]
     rows.sort(key=lambda r: (r[1] == "Baseline", -r[2], -r[4] if cohort.higher_is_better else r[4]))
     unit = f" ({cohort.unit})" if cohort.unit else ""
     head = (f"Retrain every H periods, H as long as the served {cohort.metric} stays within {tolerance:g} "
