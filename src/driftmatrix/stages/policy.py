@@ -20,13 +20,14 @@ import numpy as np
 from driftmatrix.analysis import matrixfile, policy as pol
 from driftmatrix.analysis.tables import Cohort
 from driftmatrix.config import PolicyConfig
+from driftmatrix.tracking import runs as tracking
 
 log = logging.getLogger(__name__)
 
 DVC_METRICS = Path("metrics/policy.json")
 
 
-def estimates_of(folder: Path | None, cohort: Cohort) -> dict[str, np.ndarray]:
+def estimates_of(folder: str | Path | None, cohort: Cohort) -> dict[str, np.ndarray]:
     """model -> E (S, K, K) aligned with the matrices' seeds; models without one are left out."""
     out = {}
     for model, dm in cohort.models.items():
@@ -45,7 +46,7 @@ def estimates_of(folder: Path | None, cohort: Cohort) -> dict[str, np.ndarray]:
     return out
 
 
-def window_drift(audit_dir: Path | None, slices) -> np.ndarray | None:
+def window_drift(audit_dir: str | Path | None, slices) -> np.ndarray | None:
     """The audit's D[r, t] (K, K), or None when it has none for these slices."""
     path = None if audit_dir is None else Path(audit_dir) / "drift.json"
     if path is None or not path.exists():
@@ -122,8 +123,8 @@ def run(matrices_dir: str | Path = "outputs/matrices", out_dir: str | Path = "ou
         audit_dir: str | Path | None = "outputs/audit", metrics_path: str | Path | None = DVC_METRICS) -> Outcome:
     """The whole stage; writes ``out_dir`` (and ``metrics_path`` when given)."""
     cohort = Cohort(matrixfile.load_folder(matrices_dir))
-    E = estimates_of(None if estimates_dir is None else Path(estimates_dir), cohort)
-    D = window_drift(None if audit_dir is None else Path(audit_dir), cohort.slices)
+    E = estimates_of(estimates_dir, cohort)
+    D = window_drift(audit_dir, cohort.slices)
     o = compute(cohort, cfg, E, D)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -147,20 +148,14 @@ def log_folder(params, out_dir: str | Path = "outputs/policy", plot: Path | None
         return None
     import mlflow
 
-    from driftmatrix.tracking import runs as tracking
-
     rec = json.loads(rec_path.read_text())
     dataset = params.dataset.name
     exp_id = tracking.configure(params.tracking)
     with tracking.stage_run(exp_id, f"policy · {dataset}", {"kind": "policy", "dataset": dataset}) as run:
-        metrics = {}
-        for model, r in rec["per_model"].items():
-            metrics.update({f"{model}.{k}": v for k, v in r.items()
+        mlflow.log_metrics({f"{model}.{k}": v for model, r in rec["per_model"].items() for k, v in r.items()
                             if k in ("retrains", "score", "std", "seconds") and isinstance(v, (int, float))
                             and math.isfinite(v)})
-        mlflow.log_metrics(metrics)
-        mlflow.log_params({"retrain_cost": rec["retrain_cost"], "budget": rec["budget"],
-                           "label_delay": rec["label_delay"]})
+        mlflow.log_params({k: rec[k] for k in ("retrain_cost", "budget", "label_delay")})
         mlflow.set_tags({"recommended": rec["model"] or "none", "recommendation": rec["text"][:5000]})
         for f in [*sorted(out_dir.iterdir()), *([plot] if plot else [])]:
             if f.suffix in (".csv", ".json", ".png"):

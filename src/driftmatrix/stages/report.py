@@ -20,6 +20,8 @@ from driftmatrix.analysis import matrixfile
 from driftmatrix.analysis.tables import Cohort
 from driftmatrix.config import Params
 from driftmatrix.reporting import drift_decay, figures, html
+from driftmatrix.stages import estimates as estimates_stage, policy as policy_stage
+from driftmatrix.tracking import registry as registry_info, runs as tracking
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +46,6 @@ def log_to_mlflow(params: Params, cohort: Cohort, matrices: list[Path], plots: l
                   dataset: str, decay_metrics: dict[str, float] | None = None) -> str:
     """One run per dataset with the summary metrics and every file; returns the run id."""
     import mlflow
-
-    from driftmatrix.tracking import runs as tracking
 
     exp_id = tracking.configure(params.tracking)
     with tracking.stage_run(exp_id, f"matrices · {dataset}", {"kind": "matrices", "dataset": dataset}) as run:
@@ -80,9 +80,6 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
                       importance=matrices_dir.parent / "importance", policy=policy_dir)
     log.info("report: %s (%d heatmaps)", report, len(plots))
     if params is not None:
-        from driftmatrix.stages import estimates as estimates_stage, policy as policy_stage
-        from driftmatrix.tracking import registry as registry_info
-
         files = sorted(f for f in matrices_dir.iterdir() if f.suffix in (".json", ".csv"))
         run_id = log_to_mlflow(params, cohort, files, plots, report, dataset,
                                drift_decay.metrics(decay) if decay else None)

@@ -39,7 +39,8 @@ class SaliencyConfig:
 def saliency_config(params: Params) -> SaliencyConfig:
     raw = dict(params.extra.get("saliency") or {})
     where = "params.yaml: saliency"
-    unknown = sorted(set(raw) - {"pairs", "eval_years", "n_images", "batch_size", "block"})
+    sizes = ("n_images", "batch_size", "block")
+    unknown = sorted(set(raw) - {"pairs", "eval_years", *sizes})
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}")
     pairs = []
@@ -50,8 +51,7 @@ def saliency_config(params: Params) -> SaliencyConfig:
     years = tuple(str(y) for y in raw.get("eval_years") or [])
     if bool(pairs) != bool(years):
         raise ConfigError(f"{where}: pairs and eval_years go together (both empty turns saliency off)")
-    cfg = SaliencyConfig(tuple(pairs), years, int(raw.get("n_images", 500)), int(raw.get("batch_size", 128)),
-                         int(raw.get("block", 2)))
+    cfg = SaliencyConfig(tuple(pairs), years, **{k: int(raw[k]) for k in sizes if k in raw})
     if min(cfg.n_images, cfg.batch_size, cfg.block) < 1:
         raise ConfigError(f"{where}: n_images, batch_size and block must be >= 1")
     return cfg
@@ -224,7 +224,7 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     for model in models:
         exp = Experiment(params, model, slices_dir, features_dir,
                          recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True))
-        run_ids = _live_runs(params, exp.dataset, model) if log_mlflow else {}
+        run_ids = tracking.live_runs(tracking.configure(params.tracking), exp.dataset, model) if log_mlflow else {}
         pixels = pixel_inputs(exp, slices_dir)
         forward = forward_builder(exp)
         for cutoff in (c for m, c in cfg.pairs if m == model):
@@ -258,10 +258,6 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     if log_mlflow and logged:
         _log_runs(params, logged, table, figures)
     return result
-
-
-def _live_runs(params: Params, dataset: str, model: str) -> dict[str, str]:
-    return tracking.live_runs(tracking.configure(params.tracking), dataset, model)
 
 
 def _log_runs(params: Params, logged, table, figures) -> None:
