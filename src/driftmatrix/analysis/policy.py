@@ -1,17 +1,13 @@
-"""Retraining policies replayed on drift matrices, against the hindsight optimum (the Cara
-threshold, cumulative-threshold and periodic policies and the Oracle DP of Mahadevan and
-Mathioudakis, "Cost-Effective Retraining of Machine Learning Models", 2024).
-
-Conventions (docs/results.md, "Retraining policies"):
+"""Retraining policies replayed on drift matrices, against the hindsight optimum (the Cara threshold,
+cumulative-threshold and periodic policies and the Oracle DP of Mahadevan and Mathioudakis,
+"Cost-Effective Retraining of Machine Learning Models", 2024). Conventions (docs/results.md):
 
 - Periods 0..K-1; M[i, j] is the score on period j of the model trained on labels up to period i.
-- A policy decides at the end of period t whether to retrain for period t + 1. With a label delay
-  of d periods its labels end at t - d, so a retrain at t trains row t - d. The first training
-  happens at the end of period d (row 0, the first that can exist): periods d+1..K-1 are served,
-  periods 1..d have no model yet. A schedule is the sorted list of rows trained, starting at 0.
-- Period j is served by the schedule's latest row r <= j-1-d and scores M[r, j]: lag 0 (the
-  training period's held-out split) is never served. A seed's score is the mean over the served
-  periods; a NaN cell (never scored) is left out of that mean, in the replay and in the DP alike.
+- A policy decides at the end of period t whether to retrain for period t + 1; with a label delay
+  of d its labels end at t - d, so it trains row t - d. Row 0 is trained at the end of period d:
+  periods d+1..K-1 are served. A schedule is the sorted list of rows trained, starting at 0.
+- Period j is served by the schedule's latest row r <= j-1-d and scores M[r, j] (lag 0 is never
+  served). A seed's score is the mean over the served periods, NaN cells left out (replay and DP).
 - Retrains are trainings after the first. Scores, retrains and seconds are per seed, then mean and
   std (ddof=1) over seeds.
 - Triggers see the arrays only through ``Known`` views that raise ``FutureRead`` on any cell not
