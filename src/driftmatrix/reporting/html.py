@@ -110,15 +110,12 @@ def _sections(cohort, audit_href: str | None, dpi: int, decay=None) -> list[tupl
     out.append(("cutoffs", "Per-cutoff view", "<p>Cutoffs spread evenly over all slices but the "
                 "last; models ordered by their mean over the later slices.</p>"
                 f'<div class="cutoffs">{"".join(blocks)}</div>'))
-    fc = cohort.family_cutoffs()
-    labels = [cohort.slices[i] for i in cohort.cutoff_indices]
-    heads = ["family"] + [f"{lab} {what}" for lab in labels for what in ("future", "decay")]
-    fam_rows = [(f,) + tuple(v for cell in cells for v in cell) for f, cells in fc.items()]
-    fs = cohort.family_summary()
+    heads = ["family"] + [f"{cohort.slices[i]} {what}" for i in cohort.cutoff_indices for what in ("future", "decay")]
+    fam_rows = [(f,) + tuple(v for cell in cells for v in cell) for f, cells in cohort.family_cutoffs().items()]
     out.append(("families", "By family", _table(heads, fam_rows, d) + _table(
         ["family", "in-distribution", "future", "decay", "TD score"],
-        [(f, v["in_distribution"], v["future"], v["decay"], v["td_score"]) for f, v in fs.items()], d,
-        td_col=4)))
+        [(f, v["in_distribution"], v["future"], v["decay"], v["td_score"]) for f, v in cohort.family_summary().items()],
+        d, td_col=4)))
     lead = advisor.leaders(cohort.stacks, cohort.higher_is_better)
     spans = [(span, m, fam[m] or "-", a, b) for span, m, a, b in advisor.leader_spans(lead, 1)]
     cross = advisor.crossovers(lead)

@@ -18,6 +18,7 @@ from driftmatrix.analysis.matrixfile import DriftMatrices
 from driftmatrix.analysis.tables import Cohort
 from driftmatrix.config import Params, evaluation_metric, metric_for
 from driftmatrix.data.table import DataError, DatasetMeta, read_manifest
+from driftmatrix.reporting import dvcfiles, text
 from driftmatrix.units.environment import Environment
 from driftmatrix.units.plan import ModelPlan, model_plan, slice_hashes
 from driftmatrix.units.store import ScoreStore, current_row
@@ -123,8 +124,6 @@ def remove_stale(out_dir: Path, models: set[str]) -> list[Path]:
 def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path,
                   plots_dir: Path | None = None) -> list[Path]:
     """Matrix JSON/CSV per model, summary.{json,csv}, DVC metrics and plots; returns the files written."""
-    from driftmatrix.reporting import dvcfiles, text
-
     out_dir.mkdir(parents=True, exist_ok=True)
     removed = remove_stale(out_dir, set(cohort.models))
     if removed:

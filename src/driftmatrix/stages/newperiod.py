@@ -25,6 +25,7 @@ from driftmatrix.estimate.methods import CAP_SLACK, CONFIDENCE_METHODS, METHODS
 from driftmatrix.learn.score import forward_stats
 from driftmatrix.runtime.executor import torch_threads
 from driftmatrix.stages.estimates import load_model
+from driftmatrix.tracking.runs import configure, load_registered
 from driftmatrix.units.environment import Environment
 from driftmatrix.units.experiment import ExperimentInfo
 from driftmatrix.units.store import CheckpointStore, ScoreStore
@@ -154,12 +155,10 @@ def unit_network(params: Params, unit, store, config: Mapping[str, Any], device:
     from driftmatrix.features import transform
 
     if source == "registry":
-        from driftmatrix.tracking.runs import configure, load_registered
-
         configure(params.tracking)
         try:
-            net = load_registered(unit, ScoreStore(scores_dir, unit.model).read(unit.key).get("weights_digest"))
-            return net.to(device)
+            digest = ScoreStore(scores_dir, unit.model).read(unit.key).get("weights_digest")
+            return load_registered(unit, digest).to(device)
         except LookupError as exc:  # no version of this unit and weights: the registry's own line says why
             raise DataError(f"{exc}; without --registry the checkpoints are read") from None
         except Exception as exc:  # noqa: BLE001 - any registry failure: one line, and the way out

@@ -26,13 +26,6 @@ from driftmatrix.tracking import registry as registry_info, runs as tracking
 log = logging.getLogger(__name__)
 
 
-def write_plots(cohort: Cohort, plots_dir: Path) -> list[Path]:
-    """One heatmap per model, on one colour scale for the cohort."""
-    sc = figures.scales(cohort)
-    return [figures.save(figures.model_heatmap(cohort, name, sc), plots_dir / f"{name}.png")
-            for name in cohort.models]
-
-
 def write_frontier(cohort: Cohort, policies: Path, png: Path) -> Path | None:
     """The policy stage's frontier (``policies.csv``) as a PNG, or None without one."""
     if not policies.exists():
@@ -68,7 +61,9 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
     estimates = matrices_dir.parent / "estimates" if estimates is None else estimates
     cohort = Cohort(matrixfile.load_folder(matrices_dir))
     dataset = cohort.first.dataset or (params.dataset.name if params else "")
-    plots = write_plots(cohort, report_path.parent / "plots")
+    sc = figures.scales(cohort)  # one colour scale for every model's heatmap
+    plots = [figures.save(figures.model_heatmap(cohort, name, sc), report_path.parent / "plots" / f"{name}.png")
+             for name in cohort.models]
     audit_doc = drift_decay.read_audit(audit)
     decay = None if audit_doc is None else drift_decay.correlations(audit_doc, cohort)
     if decay is not None:

@@ -145,15 +145,6 @@ def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None
     return np.stack(maps), image, img_scores
 
 
-def concentration_rows(model: str, family: str, cutoff: str, eval_year: str, seeds: list[int],
-                       maps: np.ndarray, img_scores: list[dict[str, float]], n_images: int,
-                       block: int = 1) -> list[dict[str, Any]]:
-    """One table row per seed: scores of the mean map, and mean per-image scores."""
-    return [{"model": model, "family": family, "cutoff": cutoff, "eval": eval_year, "seed": s,
-             "n_images": n_images, "block": block, **conc.scores(m, block), **extra}
-            for s, m, extra in zip(seeds, maps, img_scores)]
-
-
 def summarise(rows: list[dict[str, Any]]):
     """Seed mean and std (ddof=1) of the concentration scores per model, cutoff and eval year."""
     import pandas as pd
@@ -240,8 +231,9 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
                 npz.parent.mkdir(parents=True, exist_ok=True)
                 np.savez_compressed(npz, maps=maps, mean=maps.mean(axis=0), seeds=np.array(seeds),
                                     image=image, rows=rows)
-                table += concentration_rows(model, exp.spec.family, cutoff, eval_year, seeds, maps, img_scores,
-                                            len(rows), cfg.block)
+                table += [{"model": model, "family": exp.spec.family, "cutoff": cutoff, "eval": eval_year, "seed": s,
+                           "n_images": len(rows), "block": cfg.block, **conc.scores(m, cfg.block), **extra}
+                          for s, m, extra in zip(seeds, maps, img_scores)]  # per seed: mean map, mean per image
                 grids[eval_year][(model, cutoff)] = maps.mean(axis=0)
                 images.setdefault(eval_year, image)
                 logged += [(run_id, cutoff, eval_year, npz) for _, _, run_id in checkpoints if run_id]
