@@ -12,16 +12,6 @@ from typing import Any, Mapping
 from driftmatrix.estimate.methods import METHODS
 
 
-def read(folder: str | Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(backtest.json, {model: <model>.json}) of an estimates folder, or None when it has none."""
-    folder = Path(folder)
-    if not (folder / "backtest.json").exists():
-        return None
-    backtests = json.loads((folder / "backtest.json").read_text())
-    return backtests, {m: json.loads((folder / f"{m}.json").read_text()) for m in backtests
-                       if (folder / f"{m}.json").exists()}
-
-
 def _f(v, d: int = 2) -> str:
     return "&ndash;" if v is None else f"{v:.{d}f}"
 
@@ -49,10 +39,11 @@ def heatmap(doc: Mapping[str, Any], method: str, top: float) -> str:
 
 def section(folder: str | Path) -> tuple[str, str, str] | None:
     """(anchor, title, html) of the section, or None when the folder holds no backtest."""
-    got = read(folder)
-    if got is None:
+    folder = Path(folder)
+    if not (folder / "backtest.json").exists():
         return None
-    backtests, docs = got
+    backtests = json.loads((folder / "backtest.json").read_text())
+    docs = {m: json.loads((folder / f"{m}.json").read_text()) for m in backtests if (folder / f"{m}.json").exists()}
     models = list(backtests)
     methods = [m for m in METHODS if any(m in backtests[x] for x in models)]
     head = "".join(f"<th>{html.escape(m)}</th>" for m in models)
@@ -69,8 +60,7 @@ def section(folder: str | Path) -> tuple[str, str, str] | None:
     rows, ahead_rows = [], []
     for m in models:
         b, a = backtests[m], backtests[m].get("previous_period") or {}
-        cf, floor = (b.get("carry-forward") or {}).get("mae"), b.get("noise_floor")
-        mae = b.get("causal_mae")
+        cf, floor, mae = (b.get("carry-forward") or {}).get("mae"), b.get("noise_floor"), b.get("causal_mae")
         closed = (cf - mae) / (cf - floor) if None not in (cf, floor, mae) and cf > floor else None
         hind = b.get("hindsight_method")
         rows.append(f'<tr><td class="l">{html.escape(m)}</td><td>{_f(mae)}</td><td>{_f(cf)}</td><td>{_f(floor)}</td>'

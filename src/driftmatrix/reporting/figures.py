@@ -43,8 +43,7 @@ def deviation_span(deviations: Sequence[np.ndarray]) -> float:
 
 def tick_positions(n: int, max_ticks: int = MAX_TICKS) -> list[int]:
     """Thinned tick positions: at most ``max_ticks`` evenly stepped labels (K = 104 -> every 15)."""
-    step = max(1, math.ceil(n / max_ticks))
-    return list(range(0, n, step))
+    return list(range(0, n, max(1, math.ceil(n / max_ticks))))
 
 
 def draw_matrix(ax, M, slices: Sequence[str], *, vmin: float, vmax: float, cmap: str,
@@ -59,16 +58,14 @@ def draw_matrix(ax, M, slices: Sequence[str], *, vmin: float, vmax: float, cmap:
                    interpolation="nearest", aspect="equal")
     ax.plot([-0.5, k - 0.5], [-0.5, k - 0.5], ls="--", lw=0.7, color="black", alpha=0.7)
     ticks = tick_positions(k)
-    ax.set_xticks(ticks)
-    ax.set_yticks(ticks)
+    ax.set(xticks=ticks, yticks=ticks)
     if labels:
         ax.set_xticklabels([slices[t] for t in ticks], rotation=90, fontsize=7)
         ax.set_yticklabels([slices[t] for t in ticks], fontsize=7)
         ax.set_xlabel("evaluated on", fontsize=8)
         ax.set_ylabel("trained up to", fontsize=8)
     else:
-        ax.set_xticklabels([])
-        ax.set_yticklabels([])
+        ax.set(xticklabels=[], yticklabels=[])
     if title:
         ax.set_title(title, fontsize=9)
     return im
@@ -121,8 +118,7 @@ def curves_figure(curves: Mapping, *, title: str, ylabel: str,
         line, = ax.plot(lags, c.mean, lw=1.2, label=name, color=colour, ls=(styles or {}).get(name, "-"))
         if np.any(~np.isnan(c.std)):
             ax.fill_between(lags, c.mean - c.std, c.mean + c.std, color=line.get_color(), alpha=0.15, lw=0)
-    ax.set_xlabel("lag (slices between training cutoff and evaluated slice)")
-    ax.set_ylabel(ylabel)
+    ax.set(xlabel="lag (slices between training cutoff and evaluated slice)", ylabel=ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2 if len(curves) > 8 else 1, loc="best", frameon=False)
@@ -165,8 +161,7 @@ def td_figure(slopes: Mapping[str, np.ndarray], slices, *, colours: Mapping[str,
     ticks = tick_positions(len(slices))
     ax.set_xticks(ticks)
     ax.set_xticklabels([slices[t] for t in ticks], rotation=90, fontsize=7)
-    ax.set_xlabel("evaluated slice t")
-    ax.set_ylabel(f"TD(t) ({unit or 'score'} per slice)")
+    ax.set(xlabel="evaluated slice t", ylabel=f"TD(t) ({unit or 'score'} per slice)")
     ax.set_title("Temporal degradation slope per evaluated slice (Luu et al.)", fontsize=10)
     handles = [plt.Line2D([], [], color=c) for c in colours.values()]
     ax.legend(handles, list(colours), fontsize=7, frameon=False, ncol=len(colours))

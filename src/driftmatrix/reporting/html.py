@@ -26,8 +26,7 @@ td.l,th.l{text-align:left}figure{margin:1em 0}img{max-width:100%;height:auto;bor
 figcaption{font-size:.85em;color:#555}.meta{color:#666;font-size:.9em}
 .cutoffs{display:flex;flex-wrap:wrap;gap:1.2em}.cutoffs>div{flex:0 0 auto}
 nav a{margin-right:1em}
-""" + interactive.CSS
-ESTIMATES_CSS = ".errmap td{min-width:1.6em;padding:.1em .2em;font-size:.8em}"
+""" + interactive.CSS + ".errmap td{min-width:1.6em;padding:.1em .2em;font-size:.8em}"  # estimates' error maps
 
 
 def _num(v, d: int) -> str:
@@ -180,9 +179,8 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
            policy: str | Path | None = None, policy_png: Path | None = None) -> str:
     """The whole report as one HTML string; ``decay``: :func:`drift_decay.correlations` (None: no audit)."""
     title = title or f"Drift matrices: {cohort.first.dataset or 'dataset'}"
-    k = len(cohort.slices)
     seeds = sorted({m.n_seeds for m in cohort.models.values()})
-    meta = (f"{len(cohort.models)} models &middot; {k} slices ({html.escape(cohort.slices[0])} to "
+    meta = (f"{len(cohort.models)} models &middot; {len(cohort.slices)} slices ({html.escape(cohort.slices[0])} to "
             f"{html.escape(cohort.slices[-1])}) &middot; metric {html.escape(cohort.metric)}"
             f"{' (' + html.escape(cohort.unit) + ')' if cohort.unit else ''}, "
             f"{'higher' if cohort.higher_is_better else 'lower'} is better &middot; seeds per model: "
@@ -195,7 +193,7 @@ def render(cohort, title: str | None = None, audit_href: str | None = None, dpi:
     nav = "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in sections)
     body = "".join(f'<section id="{a}"><h2>{html.escape(t)}</h2>{b}</section>' for a, t, b in sections)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
-            f"</title><style>{CSS}{ESTIMATES_CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
             f'<p class="meta">{meta}</p><nav>{nav}</nav>{body}</body></html>')
 
 

@@ -102,11 +102,6 @@ def payload(cohort, decimals: int) -> dict:
             "ticks": figures.tick_positions(len(cohort.slices)), "models": models}
 
 
-def _json_block(data: dict) -> str:
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    return f'<script type="application/json" id="dm-data">{text}</script>'
-
-
 def colour_bar(data: dict, label: str) -> str:
     """The shared colour scale: a CSS gradient of the same colours the script paints with."""
     lo, hi = data["range"]
@@ -185,10 +180,11 @@ def section(cohort, decimals: int) -> str:
     """The interactive section's body: heatmaps, curves, the hover box, data and script."""
     data = payload(cohort, decimals)
     label = figures.metric_label(cohort)
+    blob = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")  # no early </script>
     return ("<p>Hover a cell for its value, seed std, rows scored (n_eval) and seeds. Rows = trained "
             "up to, columns = evaluated slice, time increasing up and to the right; one colour scale "
             "for all models.</p>" + heatmaps(cohort) + colour_bar(data, label)
             + "<h3>Forgetting curves</h3><p>Mean over training cutoffs of M[i, i + lag], band = seed "
               "std; untick a model to hide it.</p>" + curves_svg(cohort, label)
             + '<div id="dm-tip" class="dm-tip" role="status" hidden></div>'
-            + _json_block(data) + f"<script>{SCRIPT}</script>")
+            + f'<script type="application/json" id="dm-data">{blob}</script><script>{SCRIPT}</script>')

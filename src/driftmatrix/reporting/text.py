@@ -22,12 +22,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence], decimals: int = 2) -
     """Left-aligned text columns, right-aligned numbers."""
     cells = [[fmt(v, decimals) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[k]) for r in cells]) for k, h in enumerate(headers)]
-    numeric = [all(isinstance(r[k], (int, float)) for r in rows) if rows else False
-               for k in range(len(headers))]
+    numeric = [all(isinstance(r[k], (int, float)) for r in rows) if rows else False for k in range(len(headers))]
 
     def line(vals):
-        return "  ".join(v.rjust(w) if num else v.ljust(w)
-                         for v, w, num in zip(vals, widths, numeric)).rstrip()
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
@@ -58,8 +56,7 @@ def summary_csv(records: list[dict]) -> str:
 def horizon_ranking(cohort, horizon: int) -> str:
     d = decimals_for(cohort.unit)
     ranked = advisor.rank_for_horizon(cohort.stacks, horizon, cohort.higher_is_better)
-    rows = [(k + 1, s.model, cohort.families.get(s.model) or "-", s.mean, s.std)
-            for k, s in enumerate(ranked)]
+    rows = [(k + 1, s.model, cohort.families.get(s.model) or "-", s.mean, s.std) for k, s in enumerate(ranked)]
     head = (f"Expected {cohort.metric} when retrained every {horizon} period(s) (served score: period j "
             f"scored by the model trained up to the latest multiple of {horizon} before j; std across seeds):")
     return head + "\n" + table(["rank", "model", "family", "expected", "seed std"], rows, d)

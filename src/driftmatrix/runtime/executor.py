@@ -52,9 +52,8 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 
 
 def keep_freed_memory() -> bool:
-    """Let glibc keep the memory torch frees instead of returning it to the kernel (once per
-    process; Linux/glibc only, else returns False): otherwise every training step page-faults its
-    activations anew. Numbers are unchanged."""
+    """Let glibc keep the memory torch frees (once per process; False where not Linux/glibc): otherwise
+    every training step page-faults its activations anew. Numbers are unchanged."""
     if getattr(keep_freed_memory, "done", None) is not None:
         return keep_freed_memory.done
     ok = False
@@ -76,8 +75,7 @@ class Progress:
     def __init__(self, label: str, total: int, *, enabled: bool = True, every: int | None = None,
                  seconds: float = 10.0) -> None:
         self.label, self.total, self.enabled = label, total, enabled
-        self.every = every or max(1, total // 10)
-        self.seconds = seconds
+        self.every, self.seconds = every or max(1, total // 10), seconds
         self.start = self.last_log = time.monotonic()
         self.logged_at = self.done = 0
         self.bar = None
@@ -337,8 +335,7 @@ def _context(recipe: Any, key: Any) -> Any:
     if key in _CONTEXTS:
         _CONTEXTS.move_to_end(key)
         return _CONTEXTS[key]
-    context = recipe.build()
-    _CONTEXTS[key] = context
+    _CONTEXTS[key] = context = recipe.build()
     while len(_CONTEXTS) > _CONTEXT_CACHE:
         _CONTEXTS.popitem(last=False)
     return context

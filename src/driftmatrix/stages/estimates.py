@@ -35,8 +35,7 @@ DVC_METRICS = Path("metrics/estimates.json")
 
 
 def load_model(params: Params, model: str, manifest: Mapping[str, Any], scores_dir: str | Path) -> ModelScores | None:
-    """One model's seed-level cells and statistics from the score docs of its current plan (keyed
-    with the environment the evaluate stage recorded); None when nothing is scored."""
+    """One model's seed-level cells and statistics from its current plan's scores; None when nothing is scored."""
     store = ScoreStore(scores_dir, model)
     recorded = store.environment()
     if recorded is None:
@@ -63,9 +62,8 @@ def load_model(params: Params, model: str, manifest: Mapping[str, Any], scores_d
 
 
 def from_matrices(m) -> ModelScores:
-    """A folder's drift matrices (``analysis.matrixfile``, ours or the published format) as cells
-    without forward-pass statistics: only the matrix methods (carry-forward, trend) apply, and
-    the noise floor only where the matrices record ``n_eval``. Cumulative windows are assumed."""
+    """A folder's drift matrices (ours or published) as cells without forward-pass statistics: only the
+    matrix methods apply, the noise floor only where ``n_eval`` is recorded. Cumulative windows are assumed."""
     S, K = m.seed_values.shape[0], len(m.slices)
     n = np.asarray(m.extra.get("n_eval", np.full((K, K), np.nan)), dtype=float)
     metric = next((k for k, v in METRICS.items() if v.name.lower() == m.metric.lower()), m.metric.lower())

@@ -157,8 +157,7 @@ def run(params: Params, scores_dir: str | Path, out_dir: str | Path,
     """The whole stage. ``metrics_path`` defaults to metrics.json beside ``out_dir``."""
     out_dir = Path(out_dir)
     metrics_path = Path(metrics_path) if metrics_path else out_dir.parent / "metrics.json"
-    models = read_scores(params, slices_dir, scores_dir)
-    cohort = Cohort(models)
+    cohort = Cohort(read_scores(params, slices_dir, scores_dir))
     write_outputs(cohort, out_dir, metrics_path, Path(plots_dir) if plots_dir else None)
     for name, s in cohort.summaries.items():
         log.info("%s: ID %.3f  future %.3f  decay %.3f  TD %.4f", name, s.in_distribution, s.future,

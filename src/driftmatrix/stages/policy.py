@@ -74,9 +74,8 @@ class Outcome:
 
 def compute(cohort: Cohort, cfg: PolicyConfig, E: Mapping[str, np.ndarray] | None = None,
             D: np.ndarray | None = None) -> Outcome:
-    E = E or {}
-    runs = {m: pol.evaluate(st, cfg.label_delay, E.get(m), D, seconds_of(cohort.models[m]), cohort.higher_is_better,
-                            cfg.retrain_cost, cfg.budget) for m, st in cohort.stacks.items()}
+    runs = {m: pol.evaluate(st, cfg.label_delay, (E or {}).get(m), D, seconds_of(cohort.models[m]),
+                            cohort.higher_is_better, cfg.retrain_cost, cfg.budget) for m, st in cohort.stacks.items()}
     rec = pol.recommend(runs, cohort.families, cfg.retrain_cost, cfg.budget, cohort.higher_is_better, cohort.unit)
     return Outcome(runs, rec, pol.best_deployable(runs, cfg.retrain_cost, cfg.budget, cohort.higher_is_better), cohort)
 

@@ -177,8 +177,7 @@ def draw_grid(cells: Mapping[tuple[str, str], np.ndarray], image: np.ndarray, mo
         if r == 0:
             axes[r, 0].set_title(f"mean image {eval_year}", fontsize=9)
     for ax in axes.ravel():
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set(xticks=[], yticks=[])
     fig.suptitle(f"Gradient saliency, evaluated on {eval_year}", fontsize=10)
     fig.tight_layout()
     return save(fig, path, dpi=110)
