@@ -31,7 +31,8 @@ def best_capped(summary: dict) -> tuple[str, float, float]:
 def main() -> None:
     from driftmatrix.config import estimate_config, load_params
     from driftmatrix.estimate import backtest
-    from driftmatrix.stages.estimates import load_model, read_manifest
+    from driftmatrix.data.table import read_manifest
+    from driftmatrix.stages.estimates import load_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-p", "--params", default="params.yaml")

@@ -27,7 +27,7 @@ def main() -> None:
     from driftmatrix.data import synthetic
     from driftmatrix.stages import newperiod
     from driftmatrix.stages.estimates import load_model
-    from driftmatrix.data.slicing import read_manifest
+    from driftmatrix.data.table import read_manifest
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-p", "--params", default="params.yaml")

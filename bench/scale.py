@@ -167,7 +167,7 @@ def plan_and_keys(work: Path, params: dict, repeats: int = 3) -> dict:
     """Seconds to plan every model (unit keys with their code keys, computed cold) and every cell
     key, as the train, evaluate and matrices stages do, on the copy's slices (best of ``repeats``)."""
     from driftmatrix.config import parse_params
-    from driftmatrix.data.slicing import read_manifest
+    from driftmatrix.data.table import read_manifest
     from driftmatrix.units import code
     from driftmatrix.units.environment import recorded_environment
     from driftmatrix.units.plan import model_plan, slice_hashes

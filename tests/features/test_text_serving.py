@@ -60,7 +60,8 @@ def test_documents_with_spaces_or_none_at_all_give_the_pipelines_numbers(reviews
 def test_estimate_data_reads_a_text_table_as_the_served_model_does(reviews, tmp_path):
     from driftmatrix.data.table import DatasetMeta
     from driftmatrix.stages import newperiod
-    from driftmatrix.stages.estimates import load_model, read_manifest
+    from driftmatrix.data.table import read_manifest
+    from driftmatrix.stages.estimates import load_model
 
     params, paths = reviews
     rows, index = held_out(paths, CUTOFF)

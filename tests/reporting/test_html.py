@@ -74,8 +74,7 @@ def report(cohort, tmp_path_factory):
     root = tmp_path_factory.mktemp("report")
     (root / "audit").mkdir()
     (root / "audit" / "report.html").write_text("<html></html>")
-    return html.run(None, root / "report" / "report.html", audit=root / "audit" / "report.html",
-                    cohort=cohort)
+    return html.run(cohort, root / "report" / "report.html", audit=root / "audit" / "report.html")
 
 
 def test_report_is_self_contained(report):
@@ -92,7 +91,7 @@ def test_report_is_self_contained(report):
 
 
 def test_no_audit_section_without_audit(cohort, tmp_path):
-    text = html.run(None, tmp_path / "r.html", audit=tmp_path / "missing.html", cohort=cohort).read_text()
+    text = html.run(cohort, tmp_path / "r.html", audit=tmp_path / "missing.html").read_text()
     assert 'id="audit"' not in text
 
 
@@ -123,7 +122,7 @@ def test_training_setup_is_shown_only_when_known(report, cohort, tmp_path):
     assert setup.count("n/a") == 3  # BiGRU-S has none of them
     plain = Cohort({n: DriftMatrices(n, m.slices, m.seed_values, metric=m.metric, unit="",
                                      higher_is_better=False) for n, m in cohort.models.items()})
-    assert "Training setup" not in html.run(None, tmp_path / "plain.html", cohort=plain).read_text()
+    assert "Training setup" not in html.run(plain, tmp_path / "plain.html").read_text()
 
 
 def test_hovering_a_heatmap_cell_shows_its_value_std_n_eval_and_seeds(report, cohort, tmp_path):

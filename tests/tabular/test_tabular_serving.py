@@ -209,7 +209,8 @@ def test_estimate_data_reads_a_new_feature_table_as_the_served_model_does(flags,
     """`estimate --data` on next year's CSV without labels: every model and cutoff estimated, its
     outputs those of the registered model on the same raw rows."""
     from driftmatrix.stages import newperiod
-    from driftmatrix.stages.estimates import load_model, read_manifest
+    from driftmatrix.data.table import read_manifest
+    from driftmatrix.stages.estimates import load_model
 
     params, paths, _, _ = flags
     new = write_table(tmp_path / "next.csv", years=[2006], seed=1, labels=False)

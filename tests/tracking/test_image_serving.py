@@ -90,7 +90,8 @@ def test_estimate_data_runs_each_unit_as_the_evaluate_stage_scored_it(portraits,
 
     from driftmatrix.units.store import CheckpointStore
     from driftmatrix.stages import newperiod
-    from driftmatrix.stages.estimates import load_model, read_manifest
+    from driftmatrix.data.table import read_manifest
+    from driftmatrix.stages.estimates import load_model
     from driftmatrix.units.environment import recorded_environment
     from driftmatrix.units.experiment import ExperimentInfo
 

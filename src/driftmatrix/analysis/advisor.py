@@ -1,11 +1,6 @@
-"""Retraining-horizon advisor.
-
-A model retrained every H periods serves period j with the model trained up to the latest
-multiple of H below j, so its expected score is the served score of ``policy.periodic`` (H = 1:
-the mean of M[j-1, j]; lag 0 is never served). Ranking models by that number for each H shows
-which architecture to deploy for a given retraining budget; the crossovers are the horizons at
-which the leader changes.
-"""
+"""Retraining-horizon advisor: a model retrained every H periods scores the served score of
+``policy.periodic``; ranking models by it for each H shows which to deploy for a retraining budget,
+and the crossovers are the horizons at which the leader changes."""
 
 from __future__ import annotations
 
@@ -27,18 +22,16 @@ class HorizonScore:
     std: float  # across seeds (ddof=1); NaN for a single seed / published matrices
 
 
-def horizon_score(stack: np.ndarray, horizon: int) -> HorizonScore:
-    """Served score when retraining every ``horizon`` periods (seed stack (S, K, K)), with its
-    seed spread."""
+def horizon_score(stack: np.ndarray, horizon: int, model: str = "") -> HorizonScore:
+    """Served score when retraining every ``horizon`` periods (seed stack (S, K, K)), with its seed spread."""
     per_seed = periodic_scores(stack, horizon)
-    return HorizonScore("", nanmean(per_seed), nanstd(per_seed, ddof=1))
+    return HorizonScore(model, nanmean(per_seed), nanstd(per_seed, ddof=1))
 
 
 def rank_for_horizon(stacks: Mapping[str, np.ndarray], horizon: int,
                      higher_is_better: bool = True) -> list[HorizonScore]:
-    scores = {m: horizon_score(st, horizon) for m, st in stacks.items()}
-    order = rank_by_score({m: s.mean for m, s in scores.items()}, higher_is_better)
-    return [HorizonScore(m, scores[m].mean, scores[m].std) for m in order]
+    scores = {m: horizon_score(st, horizon, m) for m, st in stacks.items()}
+    return [scores[m] for m in rank_by_score({m: s.mean for m, s in scores.items()}, higher_is_better)]
 
 
 def leaders(stacks: Mapping[str, np.ndarray], higher_is_better: bool = True,
@@ -49,18 +42,14 @@ def leaders(stacks: Mapping[str, np.ndarray], higher_is_better: bool = True,
 
 
 def lag_leaders(curves: Mapping[str, Curve], higher_is_better: bool = True) -> list[HorizonScore]:
-    """Best model at each lag L = 0, 1, ...: the score of a model that is L periods old.
-
-    The horizon mean above averages over a model's whole deployment; this is its score in the
-    last period before a retrain, where a fast-decaying leader is overtaken first.
-    """
+    """Best model at each lag L = 0, 1, ...: the score of a model that is L periods old (its last
+    period before a retrain, where a fast-decaying leader is overtaken first)."""
     n = max(len(c.mean) for c in curves.values())
     out = []
     for lag in range(n):
         scores = {m: c.mean[lag] if lag < len(c.mean) else np.nan for m, c in curves.items()}
         best = rank_by_score(scores, higher_is_better)[0]
-        std = curves[best].std[lag]
-        out.append(HorizonScore(best, float(scores[best]), float(std)))
+        out.append(HorizonScore(best, float(scores[best]), float(curves[best].std[lag])))
     return out
 
 

@@ -1,17 +1,13 @@
-"""Retraining policies replayed on drift matrices, against the hindsight optimum (the Cara
-threshold, cumulative-threshold and periodic policies and the Oracle DP of Mahadevan and
-Mathioudakis, "Cost-Effective Retraining of Machine Learning Models", 2024).
-
-Conventions (docs/results.md, "Retraining policies"):
+"""Retraining policies replayed on drift matrices, against the hindsight optimum (the Cara threshold,
+cumulative-threshold and periodic policies and the Oracle DP of Mahadevan and Mathioudakis,
+"Cost-Effective Retraining of Machine Learning Models", 2024). Conventions (docs/results.md):
 
 - Periods 0..K-1; M[i, j] is the score on period j of the model trained on labels up to period i.
-- A policy decides at the end of period t whether to retrain for period t + 1. With a label delay
-  of d periods its labels end at t - d, so a retrain at t trains row t - d. The first training
-  happens at the end of period d (row 0, the first that can exist): periods d+1..K-1 are served,
-  periods 1..d have no model yet. A schedule is the sorted list of rows trained, starting at 0.
-- Period j is served by the schedule's latest row r <= j-1-d and scores M[r, j]: lag 0 (the
-  training period's held-out split) is never served. A seed's score is the mean over the served
-  periods; a NaN cell (never scored) is left out of that mean, in the replay and in the DP alike.
+- A policy decides at the end of period t whether to retrain for period t + 1; with a label delay
+  of d its labels end at t - d, so it trains row t - d. Row 0 is trained at the end of period d:
+  periods d+1..K-1 are served. A schedule is the sorted list of rows trained, starting at 0.
+- Period j is served by the schedule's latest row r <= j-1-d and scores M[r, j] (lag 0 is never
+  served). A seed's score is the mean over the served periods, NaN cells left out (replay and DP).
 - Retrains are trainings after the first. Scores, retrains and seconds are per seed, then mean and
   std (ddof=1) over seeds.
 - Triggers see the arrays only through ``Known`` views that raise ``FutureRead`` on any cell not
@@ -240,12 +236,10 @@ class Run:
 def evaluate(stack: np.ndarray, d: int = 0, E: np.ndarray | None = None, D: np.ndarray | None = None,
              seconds: np.ndarray | None = None, higher_is_better: bool = True, cost: float = 0.0,
              budget: float | None = None) -> list[Run]:
-    """Every policy on one model's seed stack (S, K, K): never, periodic(H), the oracle for every
-    k (per seed; ``oracle-mean``: the DP on the seed-mean matrix, one schedule for all seeds), and
-    each trigger whose inputs are given (label: M; estimate, cumulative: E; drift: D; each (S, K, K)
-    or (K, K)) at every grid tau and ``nested``. ``seconds``: (S, K) per row.
-    ``cost`` (points per retrain) and ``budget`` steer the nested choice of tau. Empty when
-    nothing is served (K - 1 - d < 1)."""
+    """Every policy on one model's seed stack (S, K, K): never, periodic(H), the oracle for every k
+    (per seed, and ``oracle-mean`` on the seed-mean matrix), and each trigger whose input is given
+    (E, D: (S, K, K) or (K, K)) at every grid tau and ``nested`` (tau chosen for ``cost`` per retrain
+    within ``budget``). ``seconds``: (S, K) per row. Empty when nothing is served."""
     S, K, _ = stack.shape
     R = K - 1 - d
     if R < 1:
@@ -291,6 +285,18 @@ def deployable(run: Run) -> bool:
     return run.policy in ("never", "periodic") or run.param == NESTED
 
 
+def best_deployable(runs: Mapping[str, Sequence[Run]], cost: float = 0.0, budget: float | None = None,
+                    higher_is_better: bool = True) -> dict[str, Run]:
+    """Each model's deployable run with the highest score - cost * retrains (within ``budget``)."""
+    sign = 1.0 if higher_is_better else -1.0
+    best = {}
+    for model, rs in runs.items():
+        cands = [r for r in rs if deployable(r)]
+        if cands:
+            best[model] = cands[pick_best([sign * r.score for r in cands], [r.retrains for r in cands], cost, budget)]
+    return best
+
+
 def pareto(costs: Sequence[float], values: Sequence[float]) -> list[int]:
     """Indices of the points no other point beats on both (lower cost, higher value)."""
     costs, values = np.asarray(costs, float), np.asarray(values, float)
@@ -327,11 +333,7 @@ def recommend(runs: Mapping[str, Sequence[Run]], families: Mapping[str, str | No
     from driftmatrix.models.catalog import BASELINE_FAMILY
 
     sign = 1.0 if higher_is_better else -1.0
-    best: dict[str, Run] = {}
-    for model, rs in runs.items():
-        cands = [r for r in rs if deployable(r)]
-        if cands:
-            best[model] = cands[pick_best([sign * r.score for r in cands], [r.retrains for r in cands], cost, budget)]
+    best = best_deployable(runs, cost, budget, higher_is_better)
     learned = [m for m in best if families.get(m) != BASELINE_FAMILY]
     base = [m for m in best if families.get(m) == BASELINE_FAMILY]
     if not learned:
@@ -376,11 +378,15 @@ def csv_text(runs: Mapping[str, Sequence[Run]]) -> str:
     return buf.getvalue()
 
 
+def run_doc(r: Run) -> dict:
+    return {"policy": r.policy, "param": json_number(r.param), "label_delay": r.label_delay, "retrains": r.retrains,
+            "score": json_number(r.score), "std": json_number(r.std)}
+
+
 def model_doc(model: str, runs: Sequence[Run]) -> dict:
     """``<model>.json``: per run the per-seed scores and every schedule (rows trained per seed)."""
     return {"model": model, "runs": [
-        {"policy": r.policy, "param": json_number(r.param), "label_delay": r.label_delay, "retrains": r.retrains,
-         "score": json_number(r.score), "std": json_number(r.std), "scores": [json_number(float(v)) for v in r.scores],
+        {**run_doc(r), "scores": [json_number(float(v)) for v in r.scores],
          "schedules": r.schedules, **({} if r.seconds is None else {"seconds": r.seconds.tolist()}),
          **({} if r.taus is None else {"taus": [[json_number(t) if math.isfinite(t) else None for t in ts]
                                                 for ts in r.taus]})} for r in runs]}

@@ -6,7 +6,6 @@ and seed sees the same train/test rows (protocol section 1).
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from driftmatrix.config import SlicingConfig
-from driftmatrix.data.table import DataError, DatasetMeta
+from driftmatrix.data.table import DataError, DatasetMeta, read_manifest
 from driftmatrix.data.periods import PERIOD_MONTHS, slice_label
 
 log = logging.getLogger(__name__)
@@ -133,14 +132,6 @@ def slice_content_hashes(rows: pd.DataFrame, images: np.ndarray | None,
             h.update(np.ascontiguousarray(images[sel]).tobytes())
         out.append(h.hexdigest()[:16])
     return out
-
-
-def read_manifest(slices_dir: str | Path) -> dict[str, Any]:
-    """The ``manifest.json`` of a slices folder; a clear error when the slice stage has not run."""
-    path = Path(slices_dir) / "manifest.json"
-    if not path.exists():
-        raise DataError(f"{slices_dir}: no manifest.json (run `driftmatrix slice` first)")
-    return json.loads(path.read_text())
 
 
 def load_slices(slices_dir: str | Path) -> tuple[pd.DataFrame, dict[str, Any], np.ndarray | None]:

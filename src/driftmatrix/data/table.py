@@ -195,3 +195,11 @@ def load_ingested(indir: str | Path) -> IngestResult:
                           notes=list(report_d.get("notes", [])),
                           not_sampled=report_d.get("not_sampled", 0), missing=Counter(report_d.get("missing", {})))
     return IngestResult(table=table, meta=meta, report=report, images=images)
+
+
+def read_manifest(slices_dir: str | Path) -> dict[str, Any]:
+    """The ``manifest.json`` of a slices folder; a clear error when the slice stage has not run."""
+    path = Path(slices_dir) / "manifest.json"
+    if not path.exists():
+        raise DataError(f"{slices_dir}: no manifest.json (run `driftmatrix slice` first)")
+    return json.loads(path.read_text())

@@ -1,9 +1,6 @@
 """Data drift vs model decay: every between-slice drift measure of the audit (``drift.json``)
-against every model's drop M[i, i] - M[i, j] over the same slice pairs (Spearman rank correlation,
-:func:`driftmatrix.audit.drift.correlate`).
-
-The report stage draws it: it is the stage that reads both the audit and the model matrices,
-while the audit stage reads only the slices (it runs before any model is trained).
+against every model's drop M[i, i] - M[i, j] over the same slice pairs (Spearman rank correlation).
+The report stage draws it: the audit stage runs before any model is trained.
 """
 
 from __future__ import annotations
@@ -13,6 +10,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+
+from driftmatrix.audit.drift import correlate
+from driftmatrix.audit.figures import scatter
 
 SCATTERS = 6  # scatter plots in the report, at most
 
@@ -26,10 +26,6 @@ def read_audit(path: str | Path | None) -> dict[str, Any] | None:
     return json.loads(doc.read_text()) if doc.exists() else None
 
 
-def _matrix(rows: Sequence[Sequence[float | None]]) -> np.ndarray:
-    return np.array([[np.nan if v is None else v for v in row] for row in rows], dtype=float)
-
-
 def on_slices(slices: Sequence[str], mean: np.ndarray, labels: Sequence[str]) -> np.ndarray:
     """A model's seed-mean matrix re-indexed onto the audit's slice ``labels`` (NaN where missing)."""
     pos = {s: n for n, s in enumerate(slices)}
@@ -40,14 +36,12 @@ def on_slices(slices: Sequence[str], mean: np.ndarray, labels: Sequence[str]) ->
 
 def correlations(audit: Mapping[str, Any], cohort) -> list[dict[str, Any]]:
     """One row per (model, measure): Spearman rho, p-value, n pairs, and the pairs themselves."""
-    from driftmatrix.audit.drift import correlate
-
     labels = audit["slices"]
     out = []
     for name, mm in cohort.models.items():
         model = on_slices(mm.slices, mm.mean, labels)
         for measure, ms in audit["measures"].items():
-            values = _matrix(ms["values"])
+            values = np.array(ms["values"], dtype=float)  # null -> NaN
             data_drift = values if ms["higher_is_more_drift"] else 1.0 - values
             out.append({"model": name, "measure": measure, "higher_is_better": mm.higher_is_better,
                         **correlate(data_drift, model, mm.higher_is_better)})
@@ -56,8 +50,6 @@ def correlations(audit: Mapping[str, Any], cohort) -> list[dict[str, Any]]:
 
 def scatters(rows: Sequence[Mapping[str, Any]]) -> list[tuple[str, bytes]]:
     """(caption, PNG) of drift against drop for the first :data:`SCATTERS` rows with a rho."""
-    from driftmatrix.audit.figures import scatter
-
     shown = [c for c in rows if c["spearman"] is not None][:SCATTERS]
     return [(f"{c['model']} vs {c['measure']}",
              scatter(c["drift"], c["drop"], c["measure"], "model drop M[i,i]-M[i,j]",

@@ -1,11 +1,8 @@
-"""The per-model matrix files DVC plots: one long-format CSV per model.
-
-They live beside ``metrics/metrics.json`` in a git-tracked folder (not under the git-ignored
-``outputs/``), so every commit and every ``dvc exp run`` experiment carries them and
-``dvc plots diff`` can put two revisions' matrices side by side (template:
-``.dvc/plots/drift_matrix.json``). One row per cell: ``trained_up_to, evaluated, value, std,
-n_eval``; an empty field is a cell never scored, a std of fewer than two seeds, or an unknown
-row count.
+"""The per-model matrix files DVC plots: one long-format CSV per model, beside
+``metrics/metrics.json`` in a git-tracked folder, so every commit and ``dvc exp run`` carries them
+and ``dvc plots diff`` can put two revisions' matrices side by side (``.dvc/plots/drift_matrix.json``).
+One row per cell (:data:`COLUMNS`); an empty field is a cell never scored, a std of fewer than two
+seeds, or an unknown row count.
 """
 
 from __future__ import annotations
@@ -31,7 +28,7 @@ def n_eval_grid(m) -> np.ndarray | None:
     if grid is None:
         return None
     try:
-        arr = np.array([[np.nan if v is None else v for v in row] for row in grid], dtype=float)
+        arr = np.array(grid, dtype=float)  # None -> NaN
     except (TypeError, ValueError):
         return None
     k = len(m.slices)

@@ -1,10 +1,6 @@
 """The report's "Before the labels arrive" section: how well each label-free estimator predicted
-the future cells of each model's matrix (``outputs/estimates``, the estimates stage).
-
-A method-by-model MAE table (with the noise floor no estimator can beat, and MAE on cells with
-and without a large label shift), then one heatmap per model of the seed-mean error
-|estimate - M| of the method it trusts next, drawn as a coloured HTML table (no image needed).
-"""
+the future cells of each model's matrix (``outputs/estimates``): a method-by-model MAE table, then
+per model the error map of the method it trusts next, drawn as a coloured HTML table."""
 
 from __future__ import annotations
 
@@ -16,25 +12,13 @@ from typing import Any, Mapping
 from driftmatrix.estimate.methods import METHODS
 
 
-def read(folder: str | Path) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """(backtest.json, {model: <model>.json}) of an estimates folder, or None when it has none."""
-    folder = Path(folder)
-    path = folder / "backtest.json"
-    if not path.exists():
-        return None
-    backtests = json.loads(path.read_text())
-    models = {m: json.loads((folder / f"{m}.json").read_text()) for m in backtests if (folder / f"{m}.json").exists()}
-    return backtests, models
-
-
 def _f(v, d: int = 2) -> str:
     return "&ndash;" if v is None else f"{v:.{d}f}"
 
 
 def _colour(err: float, top: float) -> str:
     """White (0) to red (``top`` and above)."""
-    t = max(0.0, min(1.0, err / top if top > 0 else 0.0))
-    g = int(255 - 155 * t)
+    g = int(255 - 155 * max(0.0, min(1.0, err / top if top > 0 else 0.0)))
     return f"background:rgb(255,{g},{g})"
 
 
@@ -55,10 +39,11 @@ def heatmap(doc: Mapping[str, Any], method: str, top: float) -> str:
 
 def section(folder: str | Path) -> tuple[str, str, str] | None:
     """(anchor, title, html) of the section, or None when the folder holds no backtest."""
-    got = read(folder)
-    if got is None:
+    folder = Path(folder)
+    if not (folder / "backtest.json").exists():
         return None
-    backtests, docs = got
+    backtests = json.loads((folder / "backtest.json").read_text())
+    docs = {m: json.loads((folder / f"{m}.json").read_text()) for m in backtests if (folder / f"{m}.json").exists()}
     models = list(backtests)
     methods = [m for m in METHODS if any(m in backtests[x] for x in models)]
     head = "".join(f"<th>{html.escape(m)}</th>" for m in models)
@@ -75,8 +60,7 @@ def section(folder: str | Path) -> tuple[str, str, str] | None:
     rows, ahead_rows = [], []
     for m in models:
         b, a = backtests[m], backtests[m].get("previous_period") or {}
-        cf, floor = (b.get("carry-forward") or {}).get("mae"), b.get("noise_floor")
-        mae = b.get("causal_mae")
+        cf, floor, mae = (b.get("carry-forward") or {}).get("mae"), b.get("noise_floor"), b.get("causal_mae")
         closed = (cf - mae) / (cf - floor) if None not in (cf, floor, mae) and cf > floor else None
         hind = b.get("hindsight_method")
         rows.append(f'<tr><td class="l">{html.escape(m)}</td><td>{_f(mae)}</td><td>{_f(cf)}</td><td>{_f(floor)}</td>'
@@ -116,6 +100,3 @@ def section(folder: str | Path) -> tuple[str, str, str] | None:
             text + table + best_table + ahead_table + "<p>Error |estimate &minus; M| of the method each model trusts next, seed "
             "mean (rows: trained up to, latest on top; columns: evaluated period; colour scale to the 95th "
             f"percentile, {top:.1f} points):</p>" + f'<div class="cutoffs">{maps}</div>')
-
-
-

@@ -1,9 +1,6 @@
-"""Figures in the paper's conventions.
-
-Drift matrices: rows = training cutoff ("trained up to"), columns = evaluated slice, time
-increasing up and to the right from a lower-left origin, dashed diagonal. Scores use a
-sequential scale, deviations a zero-centred diverging one; callers pass one scale for all the
-models of a dataset so that colours compare across panels. matplotlib is imported lazily (Agg).
+"""Figures in the paper's conventions: drift matrices with rows = training cutoff, columns =
+evaluated slice, time increasing up and to the right, dashed diagonal; one colour scale per cohort
+(sequential for scores, zero-centred diverging for deviations). matplotlib is imported lazily (Agg).
 """
 
 from __future__ import annotations
@@ -14,6 +11,8 @@ from pathlib import Path
 from typing import Mapping, Sequence
 
 import numpy as np
+
+from driftmatrix.analysis.td_score import td_slopes
 
 SEQUENTIAL = "viridis"
 DIVERGING = "RdBu"  # red = below the cohort, blue = above (for higher-is-better)
@@ -44,8 +43,7 @@ def deviation_span(deviations: Sequence[np.ndarray]) -> float:
 
 def tick_positions(n: int, max_ticks: int = MAX_TICKS) -> list[int]:
     """Thinned tick positions: at most ``max_ticks`` evenly stepped labels (K = 104 -> every 15)."""
-    step = max(1, math.ceil(n / max_ticks))
-    return list(range(0, n, step))
+    return list(range(0, n, max(1, math.ceil(n / max_ticks))))
 
 
 def draw_matrix(ax, M, slices: Sequence[str], *, vmin: float, vmax: float, cmap: str,
@@ -60,16 +58,14 @@ def draw_matrix(ax, M, slices: Sequence[str], *, vmin: float, vmax: float, cmap:
                    interpolation="nearest", aspect="equal")
     ax.plot([-0.5, k - 0.5], [-0.5, k - 0.5], ls="--", lw=0.7, color="black", alpha=0.7)
     ticks = tick_positions(k)
-    ax.set_xticks(ticks)
-    ax.set_yticks(ticks)
+    ax.set(xticks=ticks, yticks=ticks)
     if labels:
         ax.set_xticklabels([slices[t] for t in ticks], rotation=90, fontsize=7)
         ax.set_yticklabels([slices[t] for t in ticks], fontsize=7)
         ax.set_xlabel("evaluated on", fontsize=8)
         ax.set_ylabel("trained up to", fontsize=8)
     else:
-        ax.set_xticklabels([])
-        ax.set_yticklabels([])
+        ax.set(xticklabels=[], yticklabels=[])
     if title:
         ax.set_title(title, fontsize=9)
     return im
@@ -107,10 +103,8 @@ def matrix_grid(matrices: Mapping[str, np.ndarray], slices, *, vmin: float, vmax
 
 
 def family_colours(families: Mapping[str, str | None]) -> dict[str, tuple]:
-    plt = _plt()
-    names = sorted({f or "other" for f in families.values()})
-    cmap = plt.get_cmap("tab10")
-    return {f: cmap(k % 10) for k, f in enumerate(names)}
+    cmap = _plt().get_cmap("tab10")
+    return {f: cmap(k % 10) for k, f in enumerate(sorted({f or "other" for f in families.values()}))}
 
 
 def curves_figure(curves: Mapping, *, title: str, ylabel: str,
@@ -121,13 +115,10 @@ def curves_figure(curves: Mapping, *, title: str, ylabel: str,
     for name, c in curves.items():
         lags = np.arange(len(c.mean))
         colour = (colours or {}).get(name)
-        line, = ax.plot(lags, c.mean, lw=1.2, label=name, color=colour,
-                        ls=(styles or {}).get(name, "-"))
+        line, = ax.plot(lags, c.mean, lw=1.2, label=name, color=colour, ls=(styles or {}).get(name, "-"))
         if np.any(~np.isnan(c.std)):
-            ax.fill_between(lags, c.mean - c.std, c.mean + c.std, color=line.get_color(),
-                            alpha=0.15, lw=0)
-    ax.set_xlabel("lag (slices between training cutoff and evaluated slice)")
-    ax.set_ylabel(ylabel)
+            ax.fill_between(lags, c.mean - c.std, c.mean + c.std, color=line.get_color(), alpha=0.15, lw=0)
+    ax.set(xlabel="lag (slices between training cutoff and evaluated slice)", ylabel=ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2 if len(curves) > 8 else 1, loc="best", frameon=False)
@@ -170,8 +161,7 @@ def td_figure(slopes: Mapping[str, np.ndarray], slices, *, colours: Mapping[str,
     ticks = tick_positions(len(slices))
     ax.set_xticks(ticks)
     ax.set_xticklabels([slices[t] for t in ticks], rotation=90, fontsize=7)
-    ax.set_xlabel("evaluated slice t")
-    ax.set_ylabel(f"TD(t) ({unit or 'score'} per slice)")
+    ax.set(xlabel="evaluated slice t", ylabel=f"TD(t) ({unit or 'score'} per slice)")
     ax.set_title("Temporal degradation slope per evaluated slice (Luu et al.)", fontsize=10)
     handles = [plt.Line2D([], [], color=c) for c in colours.values()]
     ax.legend(handles, list(colours), fontsize=7, frameon=False, ncol=len(colours))
@@ -181,9 +171,8 @@ def td_figure(slopes: Mapping[str, np.ndarray], slices, *, colours: Mapping[str,
 
 
 def policy_frontier(rows: Sequence[Mapping[str, str]], metric: str, unit: str, higher_is_better: bool):
-    """Retrains against served score per model from ``policies.csv`` rows: the hindsight oracle as
-    a line, never and periodic(H) as circles, each trigger with its tau chosen causally
-    (``param`` nested) as its own marker."""
+    """Retrains against served score per model from ``policies.csv`` rows: the oracle as a line,
+    never and periodic(H) as circles, each nested trigger as its own marker."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9.0, 4.2))
     marks = {"estimate": "^", "cumulative": "v", "label": "s", "drift": "D"}
@@ -249,8 +238,6 @@ def model_heatmap(cohort, model: str, sc: dict | None = None):
 
 def cohort_figures(cohort):
     """(key, caption, figure) for every report figure, generated one at a time."""
-    from driftmatrix.analysis.td_score import td_slopes
-
     sc = scales(cohort)
     vmin, vmax = sc["range"]
     label = metric_label(cohort)

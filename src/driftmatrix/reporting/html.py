@@ -1,10 +1,6 @@
-"""One self-contained HTML report of a cohort of drift matrices.
-
-Interactive matrices and curves are drawn by an inline script from inline data
-(:mod:`driftmatrix.reporting.interactive`); the static figures are PNGs inlined as base64 data
-URIs. Nothing is loaded from anywhere else (no script, stylesheet or font), so the file can be
-mailed, archived as an MLflow artifact, or opened offline.
-"""
+"""One self-contained HTML report of a cohort of drift matrices: interactive parts drawn by an
+inline script (:mod:`driftmatrix.reporting.interactive`), figures as base64 PNGs, nothing loaded
+from elsewhere, so the file can be mailed, archived as an MLflow artifact, or opened offline."""
 
 from __future__ import annotations
 
@@ -17,7 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from driftmatrix.analysis import advisor
-from driftmatrix.reporting import figures, interactive
+from driftmatrix.reporting import drift_decay, estimates as est_section, figures, interactive
 from driftmatrix.reporting.text import decimals_for
 
 CSS = """
@@ -30,8 +26,7 @@ td.l,th.l{text-align:left}figure{margin:1em 0}img{max-width:100%;height:auto;bor
 figcaption{font-size:.85em;color:#555}.meta{color:#666;font-size:.9em}
 .cutoffs{display:flex;flex-wrap:wrap;gap:1.2em}.cutoffs>div{flex:0 0 auto}
 nav a{margin-right:1em}
-""" + interactive.CSS
-ESTIMATES_CSS = ".errmap td{min-width:1.6em;padding:.1em .2em;font-size:.8em}"
+""" + interactive.CSS + ".errmap td{min-width:1.6em;padding:.1em .2em;font-size:.8em}"  # estimates' error maps
 
 
 def _num(v, d: int) -> str:
@@ -76,8 +71,6 @@ def _setup_table(cohort) -> str:
 
 def _decay_section(rows) -> str:
     """Data drift (audit) against each model's drop: table and scatter plots."""
-    from driftmatrix.reporting import drift_decay
-
     if not rows:
         return "<p>The audit measured no drift between slices that the models were scored on.</p>"
     table = _table(["model", "drift measure", "pairs", "Spearman rho", "p-value"],
@@ -110,23 +103,18 @@ def _sections(cohort, audit_href: str | None, dpi: int, decay=None) -> list[tupl
     out.append(("robustness", "Temporal robustness (by decay)", _table(
         ["model", "family", "future", "decay"],
         [(m, fam[m] or "-", f, dec) for m, f, dec in cohort.robustness()], d)))
-    blocks = []
-    for i in cohort.cutoff_indices:
-        t = [(r, m, a, b, c) for r, m, a, b, c in cohort.cutoff_table(i)]
-        blocks.append(f"<div><h3>Trained up to {html.escape(cohort.slices[i])}</h3>"
-                      + _table(["rank", "model", "M_ii", "future", "decay"], t, d) + "</div>")
+    blocks = [f"<div><h3>Trained up to {html.escape(cohort.slices[i])}</h3>"
+              + _table(["rank", "model", "M_ii", "future", "decay"], cohort.cutoff_table(i), d) + "</div>"
+              for i in cohort.cutoff_indices]
     out.append(("cutoffs", "Per-cutoff view", "<p>Cutoffs spread evenly over all slices but the "
                 "last; models ordered by their mean over the later slices.</p>"
                 f'<div class="cutoffs">{"".join(blocks)}</div>'))
-    fc = cohort.family_cutoffs()
-    labels = [cohort.slices[i] for i in cohort.cutoff_indices]
-    heads = ["family"] + [f"{lab} {what}" for lab in labels for what in ("future", "decay")]
-    fam_rows = [(f,) + tuple(v for cell in cells for v in cell) for f, cells in fc.items()]
-    fs = cohort.family_summary()
+    heads = ["family"] + [f"{cohort.slices[i]} {what}" for i in cohort.cutoff_indices for what in ("future", "decay")]
+    fam_rows = [(f,) + tuple(v for cell in cells for v in cell) for f, cells in cohort.family_cutoffs().items()]
     out.append(("families", "By family", _table(heads, fam_rows, d) + _table(
         ["family", "in-distribution", "future", "decay", "TD score"],
-        [(f, v["in_distribution"], v["future"], v["decay"], v["td_score"]) for f, v in fs.items()], d,
-        td_col=4)))
+        [(f, v["in_distribution"], v["future"], v["decay"], v["td_score"]) for f, v in cohort.family_summary().items()],
+        d, td_col=4)))
     lead = advisor.leaders(cohort.stacks, cohort.higher_is_better)
     spans = [(span, m, fam[m] or "-", a, b) for span, m, a, b in advisor.leader_spans(lead, 1)]
     cross = advisor.crossovers(lead)
@@ -156,8 +144,7 @@ def _sections(cohort, audit_href: str | None, dpi: int, decay=None) -> list[tupl
 
 
 def importance_section(folder: str | Path | None) -> tuple[str, str, str] | None:
-    """(anchor, title, html) of the tabular models' permutation importance per cutoff (the
-    importance stage's heatmaps, features x cutoffs), or None when it drew none."""
+    """(anchor, title, html) of the importance stage's heatmaps, or None when it drew none."""
     if folder is None or not Path(folder).is_dir():
         return None
     pngs = sorted(Path(folder).glob("*.png"))
@@ -170,8 +157,7 @@ def importance_section(folder: str | Path | None) -> tuple[str, str, str] | None
 
 
 def policy_section(folder: str | Path | None, png: Path | None = None) -> tuple[str, str, str] | None:
-    """(anchor, title, html) of the policy stage's recommendation and the frontier ``png``, or None
-    without a policy stage's folder."""
+    """(anchor, title, html) of the policy stage's recommendation and frontier ``png``, or None."""
     path = None if folder is None else Path(folder) / "recommendation.json"
     if path is None or not path.exists():
         return None
@@ -191,48 +177,30 @@ def policy_section(folder: str | Path | None, png: Path | None = None) -> tuple[
 def render(cohort, title: str | None = None, audit_href: str | None = None, dpi: int = 85, decay=None,
            estimates: str | Path | None = None, importance: str | Path | None = None,
            policy: str | Path | None = None, policy_png: Path | None = None) -> str:
-    """The whole report as one HTML string; ``decay``: the rows of
-    :func:`driftmatrix.reporting.drift_decay.correlations` (None: no audit, no such section);
-    ``estimates``: a folder of the estimates stage (its section when it holds a backtest)."""
+    """The whole report as one HTML string; ``decay``: :func:`drift_decay.correlations` (None: no audit)."""
     title = title or f"Drift matrices: {cohort.first.dataset or 'dataset'}"
-    k = len(cohort.slices)
     seeds = sorted({m.n_seeds for m in cohort.models.values()})
-    meta = (f"{len(cohort.models)} models &middot; {k} slices ({html.escape(cohort.slices[0])} to "
+    meta = (f"{len(cohort.models)} models &middot; {len(cohort.slices)} slices ({html.escape(cohort.slices[0])} to "
             f"{html.escape(cohort.slices[-1])}) &middot; metric {html.escape(cohort.metric)}"
             f"{' (' + html.escape(cohort.unit) + ')' if cohort.unit else ''}, "
             f"{'higher' if cohort.higher_is_better else 'lower'} is better &middot; seeds per model: "
             f"{', '.join(map(str, seeds))} &middot; generated "
             f"{datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')}")
     sections = _sections(cohort, audit_href, dpi, decay)
-    if estimates is not None:
-        from driftmatrix.reporting import estimates as est_section
-
-        extra = est_section.section(estimates)
-        if extra is not None:
-            sections.append(extra)
-    sections += [s for s in (policy_section(policy, policy_png), importance_section(importance)) if s is not None]
+    extra = (est_section.section(estimates) if estimates is not None else None, policy_section(policy, policy_png),
+             importance_section(importance))
+    sections += [s for s in extra if s is not None]
     nav = "".join(f'<a href="#{a}">{html.escape(t)}</a>' for a, t, _ in sections)
     body = "".join(f'<section id="{a}"><h2>{html.escape(t)}</h2>{b}</section>' for a, t, b in sections)
     return (f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}'
-            f"</title><style>{CSS}{ESTIMATES_CSS}</style></head><body><h1>{html.escape(title)}</h1>"
+            f"</title><style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>"
             f'<p class="meta">{meta}</p><nav>{nav}</nav>{body}</body></html>')
 
 
-def run(matrices_dir: str | Path, out: str | Path, audit: str | Path | None = None,
-        title: str | None = None, cohort=None, decay=None, estimates: str | Path | None = None,
-        importance: str | Path | None = None, policy: str | Path | None = None,
-        policy_png: Path | None = None) -> Path:
-    """Write the report of a folder of drift-matrix JSON (or of an already built cohort)."""
-    from driftmatrix.analysis import matrixfile
-    from driftmatrix.analysis.tables import Cohort
-
+def run(cohort, out: str | Path, audit: str | Path | None = None, title: str | None = None, **sections) -> Path:
+    """Write the report of a cohort to ``out``, linking the ``audit`` report; ``sections``: :func:`render`'s."""
     out = Path(out)
-    cohort = cohort or Cohort(matrixfile.load_folder(matrices_dir))
-    href = None
-    if audit and Path(audit).exists():
-        href = os.path.relpath(Path(audit).resolve(), out.resolve().parent)
+    href = os.path.relpath(Path(audit).resolve(), out.resolve().parent) if audit and Path(audit).exists() else None
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(render(cohort, title, href, decay=decay, estimates=estimates, importance=importance,
-                          policy=policy, policy_png=policy_png),
-                   encoding="utf-8")
+    out.write_text(render(cohort, title, href, **sections), encoding="utf-8")
     return out

@@ -1,10 +1,8 @@
 """The report's interactive figures: hoverable drift matrices and togglable forgetting curves.
 
-Still one offline file: the matrices travel as one inline JSON block that a short inline script
-draws on a ``<canvas>`` per model (a K = 104 cohort of 21 models would be ~230k SVG nodes), and a
-hover shows the cell's value, seed std, rows scored (n_eval) and seeds. The curves are inline
-SVG, one group per model, shown or hidden by the legend's checkboxes. Colours, scale and
-orientation (time increasing up and to the right) are those of the static PNG figures.
+The matrices travel as one inline JSON block that a short script draws on a ``<canvas>`` per model
+(a K = 104 cohort of 21 models would be ~230k SVG nodes); the curves are inline SVG, one group per
+model. Colours, scale and orientation are those of the static PNG figures.
 """
 
 from __future__ import annotations
@@ -104,11 +102,6 @@ def payload(cohort, decimals: int) -> dict:
             "ticks": figures.tick_positions(len(cohort.slices)), "models": models}
 
 
-def _json_block(data: dict) -> str:
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")
-    return f'<script type="application/json" id="dm-data">{text}</script>'
-
-
 def colour_bar(data: dict, label: str) -> str:
     """The shared colour scale: a CSS gradient of the same colours the script paints with."""
     lo, hi = data["range"]
@@ -150,9 +143,8 @@ def curves_svg(cohort, ylabel: str, width: int = 720, height: int = 320) -> str:
             f"training cutoff)</text>",
             f'<text transform="translate(12 {(top + height - bottom) / 2}) rotate(-90)" '
             f'text-anchor="middle">{html.escape(ylabel)}</text>']
-    for lag in figures.tick_positions(n):
-        x, _ = px(lag, lo)
-        axes.append(f'<text x="{x}" y="{height - bottom + 14}" text-anchor="middle">{lag}</text>')
+    axes += [f'<text x="{px(lag, lo)[0]}" y="{height - bottom + 14}" text-anchor="middle">{lag}</text>'
+             for lag in figures.tick_positions(n)]
     for v in np.linspace(lo, hi, 5):
         _, y = px(0, v)
         axes.append(f'<text x="{left - 4}" y="{y + 3}" text-anchor="end">{v:.3g}</text>'
@@ -165,8 +157,9 @@ def curves_svg(cohort, ylabel: str, width: int = 720, height: int = 320) -> str:
         pts = [px(lag, v) for lag, v in enumerate(c.mean) if ok[lag]]
         band = ""
         if np.any(~np.isnan(c.std[ok])):
-            upper = [px(lag, c.mean[lag] + c.std[lag]) for lag in range(len(c.mean)) if ok[lag] and not np.isnan(c.std[lag])]
-            lower = [px(lag, c.mean[lag] - c.std[lag]) for lag in range(len(c.mean)) if ok[lag] and not np.isnan(c.std[lag])]
+            banded = [lag for lag in range(len(c.mean)) if ok[lag] and not np.isnan(c.std[lag])]
+            upper = [px(lag, c.mean[lag] + c.std[lag]) for lag in banded]
+            lower = [px(lag, c.mean[lag] - c.std[lag]) for lag in banded]
             band = (f'<polygon fill="{colour}" fill-opacity="0.15" stroke="none" points="'
                     + " ".join(f"{x},{y}" for x, y in upper + lower[::-1]) + '"/>')
         dots = "".join(f'<circle cx="{x}" cy="{y}" r="2.5" fill="{colour}"><title>{html.escape(name)} lag {lag}: '
@@ -187,10 +180,11 @@ def section(cohort, decimals: int) -> str:
     """The interactive section's body: heatmaps, curves, the hover box, data and script."""
     data = payload(cohort, decimals)
     label = figures.metric_label(cohort)
+    blob = json.dumps(data, separators=(",", ":"), allow_nan=False).replace("</", "<\\/")  # no early </script>
     return ("<p>Hover a cell for its value, seed std, rows scored (n_eval) and seeds. Rows = trained "
             "up to, columns = evaluated slice, time increasing up and to the right; one colour scale "
             "for all models.</p>" + heatmaps(cohort) + colour_bar(data, label)
             + "<h3>Forgetting curves</h3><p>Mean over training cutoffs of M[i, i + lag], band = seed "
               "std; untick a model to hide it.</p>" + curves_svg(cohort, label)
             + '<div id="dm-tip" class="dm-tip" role="status" hidden></div>'
-            + _json_block(data) + f"<script>{SCRIPT}</script>")
+            + f'<script type="application/json" id="dm-data">{blob}</script><script>{SCRIPT}</script>')

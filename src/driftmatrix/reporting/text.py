@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import math
 from typing import Sequence
+
+from driftmatrix.analysis import advisor, policy
 
 
 def fmt(value, decimals: int = 2) -> str:
@@ -18,12 +22,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence], decimals: int = 2) -
     """Left-aligned text columns, right-aligned numbers."""
     cells = [[fmt(v, decimals) for v in row] for row in rows]
     widths = [max([len(h)] + [len(r[k]) for r in cells]) for k, h in enumerate(headers)]
-    numeric = [all(isinstance(r[k], (int, float)) for r in rows) if rows else False
-               for k in range(len(headers))]
+    numeric = [all(isinstance(r[k], (int, float)) for r in rows) if rows else False for k in range(len(headers))]
 
     def line(vals):
-        return "  ".join(v.rjust(w) if num else v.ljust(w)
-                         for v, w, num in zip(vals, widths, numeric)).rstrip()
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths])] + [line(r) for r in cells])
 
@@ -39,17 +41,11 @@ SUMMARY_FIELDS = ("model", "family", "in_distribution", "future", "decay", "td_s
 
 def summary_records(cohort) -> list[dict]:
     """The ``summarize`` records, in SUMMARY_FIELDS order, NaN as None."""
-    out = []
-    for rec in cohort.records():
-        out.append({k: (None if isinstance(rec[k], float) and math.isnan(rec[k]) else rec[k])
-                    for k in SUMMARY_FIELDS})
-    return out
+    return [{k: None if isinstance(rec[k], float) and math.isnan(rec[k]) else rec[k] for k in SUMMARY_FIELDS}
+            for rec in cohort.records()]
 
 
 def summary_csv(records: list[dict]) -> str:
-    import csv
-    import io
-
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=SUMMARY_FIELDS, lineterminator="\n")
     writer.writeheader()
@@ -58,12 +54,9 @@ def summary_csv(records: list[dict]) -> str:
 
 
 def horizon_ranking(cohort, horizon: int) -> str:
-    from driftmatrix.analysis import advisor
-
     d = decimals_for(cohort.unit)
     ranked = advisor.rank_for_horizon(cohort.stacks, horizon, cohort.higher_is_better)
-    rows = [(k + 1, s.model, cohort.families.get(s.model) or "-", s.mean, s.std)
-            for k, s in enumerate(ranked)]
+    rows = [(k + 1, s.model, cohort.families.get(s.model) or "-", s.mean, s.std) for k, s in enumerate(ranked)]
     head = (f"Expected {cohort.metric} when retrained every {horizon} period(s) (served score: period j "
             f"scored by the model trained up to the latest multiple of {horizon} before j; std across seeds):")
     return head + "\n" + table(["rank", "model", "family", "expected", "seed std"], rows, d)
@@ -71,13 +64,9 @@ def horizon_ranking(cohort, horizon: int) -> str:
 
 def cadences(cohort, tolerance: float) -> str:
     """Per model, the longest retraining horizon that keeps it within ``tolerance`` of fresh."""
-    from driftmatrix.analysis import advisor
-
     d = decimals_for(cohort.unit)
-    rows = []
-    for model, stack in cohort.stacks.items():
-        c = advisor.cadence(model, stack, tolerance, cohort.higher_is_better)
-        rows.append((c.model, cohort.families.get(model) or "-", c.horizon, c.every_period, c.expected))
+    found = [advisor.cadence(m, stack, tolerance, cohort.higher_is_better) for m, stack in cohort.stacks.items()]
+    rows = [(c.model, cohort.families.get(c.model) or "-", c.horizon, c.every_period, c.expected) for c in found]
     rows.sort(key=lambda r: (r[1] == "Baseline", -r[2], -r[4] if cohort.higher_is_better else r[4]))
     unit = f" ({cohort.unit})" if cohort.unit else ""
     head = (f"Retrain every H periods, H as long as the served {cohort.metric} stays within {tolerance:g} "
@@ -87,8 +76,6 @@ def cadences(cohort, tolerance: float) -> str:
 
 def horizon_leaders(cohort) -> str:
     """Leader per horizon (as ranges), the crossovers, and the leader per lag for contrast."""
-    from driftmatrix.analysis import advisor
-
     d = decimals_for(cohort.unit)
     fam = cohort.families
     lead = advisor.leaders(cohort.stacks, cohort.higher_is_better)
@@ -102,18 +89,14 @@ def horizon_leaders(cohort) -> str:
     lag_rows = [(span, m, fam.get(m) or "-", a, b)
                 for span, m, a, b in advisor.leader_spans(advisor.lag_leaders(cohort.curves,
                                                                        cohort.higher_is_better), 0)]
-    out += ["", f"For contrast, the best model at each lag L (a model L periods old; "
-                f"forgetting curve F(L)):",
+    out += ["", "For contrast, the best model at each lag L (a model L periods old; forgetting curve F(L)):",
             table(["L", "leader", "family", "F at first L", "at last L"], lag_rows, d)]
     return "\n".join(out)
 
 
 def policies(cohort, runs, rec, cost: float = 0.0, budget=None) -> str:
-    """Per model: never, the best periodic cadence for the price of a retrain, the hindsight oracle
-    with as many retrains, each trigger with its tau chosen causally; the Pareto frontier across
-    models; the recommended pair in words."""
-    from driftmatrix.analysis import policy
-
+    """Per model: never, the best periodic cadence, the oracle with as many retrains, each nested
+    trigger; the Pareto frontier across models; the recommended pair in words."""
     d, sign = decimals_for(cohort.unit), 1.0 if cohort.higher_is_better else -1.0
     triggers = [t for t in policy.SIGNALS if any(r.policy == t for rs in runs.values() for r in rs)]
     heads = ["model", "family", "never", "H", "retrains", "every H", "oracle, same retrains"]

@@ -2,12 +2,8 @@
 
 A stage hands :meth:`Executor.map` a top-level ``fn(context, item)``, a picklable *recipe* whose
 ``build()`` makes the heavy context, and its items; workers compute and return, the driver alone
-writes checkpoints, runs and registry versions. ``runtime:`` in ``params.yaml`` picks the executor
-(docs/scaling.md lists its keys).
-
-Every executor runs a unit with :func:`unit_threads` torch threads (floor ``num_cpus``, at least 1),
-because a CPU result depends on the thread count: the same configuration gives the same bits locally
-and on Ray.
+writes. ``runtime:`` in ``params.yaml`` picks the executor (docs/scaling.md). Every executor runs a
+unit with :func:`unit_threads` torch threads, since a CPU result depends on the thread count.
 
 Fault-test hook: when ``DRIFTMATRIX_KILL_ONCE`` names a file that does not exist yet, the first Ray
 worker to create it kills its own process part-way through its item, so Ray's retry is exercised."""
@@ -19,12 +15,15 @@ import hashlib
 import itertools
 import logging
 import math
+import multiprocessing as mp
 import os
 import pickle
 import sys
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterable, Iterator, Mapping, Protocol
 
 from driftmatrix.config import ConfigError, Resources, RuntimeConfig, unit_threads
@@ -53,21 +52,18 @@ _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 
 
 def keep_freed_memory() -> bool:
-    """Let glibc keep the memory torch frees instead of returning it to the kernel (once per
-    process; Linux/glibc only, else returns False): otherwise every training step page-faults its
-    activations anew. Numbers are unchanged."""
+    """Let glibc keep the memory torch frees (once per process; False where not Linux/glibc): otherwise
+    every training step page-faults its activations anew. Numbers are unchanged."""
     if getattr(keep_freed_memory, "done", None) is not None:
         return keep_freed_memory.done
     ok = False
     if sys.platform.startswith("linux"):
         import ctypes
 
-        try:
+        with contextlib.suppress(OSError, AttributeError):  # not glibc (musl, ...): leave the allocator as it is
             libc = ctypes.CDLL("libc.so.6")
             ok = bool(libc.mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(libc.mallopt(_M_TRIM_THRESHOLD, 256 << 20)) \
                 and bool(libc.mallopt(_M_TOP_PAD, 64 << 20))
-        except (OSError, AttributeError):  # not glibc (musl, ...): leave the allocator as it is
-            ok = False
     keep_freed_memory.done = ok
     return ok
 
@@ -79,11 +75,9 @@ class Progress:
     def __init__(self, label: str, total: int, *, enabled: bool = True, every: int | None = None,
                  seconds: float = 10.0) -> None:
         self.label, self.total, self.enabled = label, total, enabled
-        self.every = every or max(1, total // 10)
-        self.seconds = seconds
+        self.every, self.seconds = every or max(1, total // 10), seconds
         self.start = self.last_log = time.monotonic()
-        self.logged_at = 0
-        self.done = 0
+        self.logged_at = self.done = 0
         self.bar = None
         if enabled:
             from tqdm import tqdm
@@ -93,9 +87,7 @@ class Progress:
                             dynamic_ncols=True)
 
     def eta(self) -> float | None:
-        if not self.done:
-            return None
-        return (time.monotonic() - self.start) / self.done * (self.total - self.done)
+        return (time.monotonic() - self.start) / self.done * (self.total - self.done) if self.done else None
 
     def update(self, done: int, running: int) -> None:
         step, self.done = done - self.done, done
@@ -117,8 +109,7 @@ class Progress:
 
 
 def _duration(seconds: float) -> str:
-    seconds = int(round(seconds))
-    h, rest = divmod(seconds, 3600)
+    h, rest = divmod(int(round(seconds)), 3600)
     m, s = divmod(rest, 60)
     return f"{h}h{m:02d}m{s:02d}s" if h else f"{m}m{s:02d}s" if m else f"{s}s"
 
@@ -135,9 +126,7 @@ class Executor(Protocol):
 
 def make_executor(cfg: RuntimeConfig | None = None, *, progress: bool = True) -> Executor:
     cfg = cfg or RuntimeConfig()
-    if cfg.executor == "ray":
-        return RayExecutor(cfg, progress=progress)
-    return LocalExecutor(cfg, progress=progress)
+    return (RayExecutor if cfg.executor == "ray" else LocalExecutor)(cfg, progress=progress)
 
 
 def _label(label: str, model: str | None) -> str:
@@ -150,8 +139,7 @@ class LocalExecutor:
     name = "local"
 
     def __init__(self, cfg: RuntimeConfig | None = None, *, progress: bool = True) -> None:
-        self.cfg = cfg or RuntimeConfig()
-        self.progress = progress
+        self.cfg, self.progress = cfg or RuntimeConfig(), progress
 
     def workers(self, model: str | None, n_items: int, context: Any = None) -> int:
         """Worker processes for ``n_items`` units of ``model`` (0: run them in this process)."""
@@ -203,12 +191,9 @@ def local_workers(cfg: RuntimeConfig, model: str | None) -> int:
 
 
 def start_worker_server(cfg: RuntimeConfig, model: str | None = None, preload: Iterable[str] = ()) -> bool:
-    """Start the forkserver local workers fork from, if ``model``'s units run in workers; returns
-    whether it started.
-
-    It imports torch and ``preload`` while the stage starts up, and as a fresh process that computes
-    nothing it is safe to fork (forking a process whose OpenMP pool has run can hang the child)."""
-    import multiprocessing as mp
+    """Start the forkserver local workers fork from, if ``model``'s units run in workers (whether it
+    did): it imports torch and ``preload`` at start-up, and, computing nothing, is safe to fork
+    (forking a process whose OpenMP pool has run can hang the child)."""
     from multiprocessing import forkserver
 
     if cfg.executor != "local" or local_workers(cfg, model) <= 1 \
@@ -221,20 +206,13 @@ def start_worker_server(cfg: RuntimeConfig, model: str | None = None, preload: I
 
 def _pool_context():
     """Forkserver where the OS has it (Linux), else spawn."""
-    import multiprocessing as mp
-
     return mp.get_context("forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn")
 
 
 def _pool_map(fn, recipe, items: list, workers: int, threads: int, bar: Progress) -> Iterator[tuple[Any, Any]]:
     """``items`` through ``workers`` processes, yielding ``(item, result)`` as each finishes; a dead
-    worker fails the map naming the units in flight.
-
-    The pool is always shut down waiting for its manager thread: one left running races the
-    interpreter's exit hook ("OSError: [Errno 9] Bad file descriptor" as the stage ends)."""
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-    from concurrent.futures.process import BrokenProcessPool
-
+    worker fails the map naming the units in flight. The pool is always shut down waiting for its
+    manager thread, which would otherwise race the interpreter's exit hook (OSError: Bad file descriptor)."""
     pool = ProcessPoolExecutor(workers, mp_context=_pool_context())
     key = recipe_key(recipe)
     pending = {pool.submit(run_item, fn, recipe, key, item, None, threads): item for item in items}
@@ -280,22 +258,18 @@ def start_ray(cfg: RuntimeConfig, *, num_cpus: int | None = None, num_gpus: int 
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
-    if cfg.address is None:
+    kwargs: dict[str, Any] = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING,
+                                  address=cfg.address)
+    if cfg.address is None:  # "local", not None: None would join any Ray already running on this machine
+        kwargs.update(address="local", num_cpus=num_cpus, num_gpus=num_gpus)
+    if cfg.address is None or joins_loopback(cfg.address):
+        # the switch also set here in case Ray was imported before; a loopback cluster's driver keeps to
+        # 127.0.0.1 too, the address its nodes use
         from ray._private import ray_constants
 
-        ray_constants.ENABLE_RAY_CLUSTER = False  # in case Ray was imported before the switch was set
-        # "local", not None: None would join any Ray already running on this machine
-        kwargs.update(address="local", num_cpus=num_cpus, num_gpus=num_gpus, _node_ip_address=LOOPBACK)
-    else:
-        kwargs.update(address=cfg.address)
-        if joins_loopback(cfg.address):
-            # a loopback cluster: the driver keeps to 127.0.0.1 too, the address its nodes use
-            from ray._private import ray_constants
-
-            os.environ[LOCAL_ONLY_ENV] = "0"
-            ray_constants.ENABLE_RAY_CLUSTER = False
-            kwargs.update(_node_ip_address=LOOPBACK)
+        os.environ[LOCAL_ONLY_ENV] = "0"
+        ray_constants.ENABLE_RAY_CLUSTER = False
+        kwargs.update(_node_ip_address=LOOPBACK)
     started = time.perf_counter()
     try:
         ray.init(**kwargs)
@@ -361,8 +335,7 @@ def _context(recipe: Any, key: Any) -> Any:
     if key in _CONTEXTS:
         _CONTEXTS.move_to_end(key)
         return _CONTEXTS[key]
-    context = recipe.build()
-    _CONTEXTS[key] = context
+    _CONTEXTS[key] = context = recipe.build()
     while len(_CONTEXTS) > _CONTEXT_CACHE:
         _CONTEXTS.popitem(last=False)
     return context
@@ -397,9 +370,8 @@ def run_item(fn: Callable[[Any, Any], Any], recipe: Any, key: Any, item: Any, ki
 
 
 def reuse_workers(num_gpus: float, gpus_per_node: float) -> bool:
-    """Whether units may share worker processes (and so their cached context): always for CPU units;
-    for GPU units only where no node has more than one GPU, since CUDA binds a process to the
-    first device Ray showed it."""
+    """Whether units may share worker processes: GPU units only where no node has more than one GPU,
+    since CUDA binds a process to the first device Ray showed it."""
     return num_gpus <= 0 or gpus_per_node <= 1
 
 
@@ -409,18 +381,15 @@ class RayExecutor:
     name = "ray"
 
     def __init__(self, cfg: RuntimeConfig, *, progress: bool = True) -> None:
-        self.cfg = cfg
-        self.progress = progress
+        self.cfg, self.progress = cfg, progress
 
     def slots(self, res: Resources) -> int:
         """Units of this shape the cluster can run at once (for the running/queued display)."""
         import ray
 
         total = ray.cluster_resources()
-        fits = []
-        for key, need in (("CPU", res.num_cpus), ("GPU", res.num_gpus)):
-            if need > 0:
-                fits.append(math.floor(total.get(key, 0) / need + 1e-9))
+        need = {"CPU": res.num_cpus, "GPU": res.num_gpus}
+        fits = [math.floor(total.get(key, 0) / n + 1e-9) for key, n in need.items() if n > 0]
         return max(min(fits), 0) if fits else sys.maxsize
 
     def map(self, fn, recipe, items, *, model=None, label="train", context=None):

@@ -1,18 +1,16 @@
 """Plan a study on N GPUs (or N CPU workers) before having them: simulate the Ray schedule of its
-units.
-
-Units are a preset's (model, seed, cutoff) training jobs, then one evaluation per checkpoint. Cost
-scales: ``gpu``, the authors' A100 GPU-hours per dataset split evenly over configurations and over
-cutoffs by training rows; ``cpu``, throughput measured here (``CPU_RATES``, ``bench/unit_cost.py``).
-The schedule is Ray's list scheduling with fractional resources and backfill, queue order ``lpt`` or
-``fifo``, with a barrier between training and evaluation (docs/scaling.md). A packed unit is assumed
-to run as fast as alone: the premise of packing, and the reason to plan with ``--share 1`` as well."""
+(model, seed, cutoff) training units, then one evaluation per checkpoint (docs/scaling.md). Costs:
+``gpu``, the authors' A100 GPU-hours split over configurations and over cutoffs by training rows;
+``cpu``, throughput measured here (``CPU_RATES``). The schedule is Ray's list scheduling with
+fractional resources and backfill, with a barrier between training and evaluation; a packed unit is
+assumed to run as fast as alone (the reason to plan with ``--share 1`` as well)."""
 
 from __future__ import annotations
 
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Iterable, Mapping, Sequence
 
 GRAIN = 10_000  # resources are counted in 1/10,000ths of a slot, as Ray does: 0.25 and 1/3 pack exactly
@@ -68,21 +66,23 @@ class Unit:
     share: float  # of one slot
 
 
-@dataclass(frozen=True)
-class Schedule:
-    slots: int
-    units: int
-    makespan: float  # hours
-    busy: float  # slot-hours held by units (hours x share)
-
-    @property
-    def utilisation(self) -> float:
-        return self.busy / (self.slots * self.makespan) if self.makespan else 0.0
-
+class _Billed:
     @property
     def billed(self) -> float:
         """Slot-hours paid for: every slot held for the whole makespan."""
         return self.slots * self.makespan
+
+    @property
+    def utilisation(self) -> float:
+        return self.busy / self.billed if self.billed else 0.0
+
+
+@dataclass(frozen=True)
+class Schedule(_Billed):
+    slots: int
+    units: int
+    makespan: float  # hours
+    busy: float  # slot-hours held by units (hours x share)
 
 
 @dataclass(frozen=True)
@@ -168,29 +168,18 @@ def plan(units: Sequence[Unit], slots: int, order: str = "lpt") -> dict[str, Sch
 
 
 # --- the units of a study ------------------------------------------------------------------------
-def cumulative(train_rows: Sequence[int]) -> list[int]:
-    out, total = [], 0
-    for n in train_rows:
-        total += n
-        out.append(total)
-    return out
-
-
 def gpu_units(shape: Shape, cost: PaperCost) -> list[Unit]:
     """Units costed by the authors' GPU-hours (module docstring)."""
     per_train, per_eval = cost.train_hours / cost.configs, cost.eval_hours / cost.configs
-    cum = cumulative(shape.train_rows)
-    whole = sum(cum)
-    K = len(cum)
+    cum = list(accumulate(shape.train_rows))
+    whole, K = sum(cum), len(cum)
     units = []
     for model in shape.models:
         share = shape.shares.get(model, 1.0)
-        for seed in shape.seeds:
-            for i in range(K):
-                units.append(Unit("train", shape.dataset, model, seed, i, per_train * cum[i] / whole, share))
-        for seed in shape.seeds:
-            for i in range(K):
-                units.append(Unit("evaluate", shape.dataset, model, seed, i, per_eval / K, share))
+        units += [Unit("train", shape.dataset, model, seed, i, per_train * cum[i] / whole, share)
+                  for seed in shape.seeds for i in range(K)]
+        units += [Unit("evaluate", shape.dataset, model, seed, i, per_eval / K, share)
+                  for seed in shape.seeds for i in range(K)]
     return units
 
 
@@ -199,26 +188,24 @@ def cpu_units(shape: Shape, rates: Mapping[str, tuple[float, float]] = CPU_RATES
     missing = [m for m in shape.models if m not in rates]
     if missing:
         raise ValueError(f"no measured CPU throughput for {missing}; measured: {sorted(rates)}")
-    cum = cumulative(shape.train_rows)
+    cum = list(accumulate(shape.train_rows))
     total_rows = sum(shape.rows)
     units = []
     for model in shape.models:
         train_rate, infer_rate = rates[model]
         epochs = shape.epochs.get(model, 10)
-        for seed in shape.seeds:
-            for i, n in enumerate(cum):
-                units.append(Unit("train", shape.dataset, model, seed, i, epochs * n / train_rate / 3600, 1.0))
-        for seed in shape.seeds:
-            for i in range(len(cum)):
-                units.append(Unit("evaluate", shape.dataset, model, seed, i, total_rows / infer_rate / 3600, 1.0))
+        units += [Unit("train", shape.dataset, model, seed, i, epochs * n / train_rate / 3600, 1.0)
+                  for seed in shape.seeds for i, n in enumerate(cum)]
+        units += [Unit("evaluate", shape.dataset, model, seed, i, total_rows / infer_rate / 3600, 1.0)
+                  for seed in shape.seeds for i in range(len(cum))]
     return units
 
 
 def shape_of(params, manifest: Mapping | None = None, share: float | None = None,
              periods: int | None = None, rows: int | None = None, need_rows: bool = False) -> Shape:
     """The study of ``params``: slice sizes from ``manifest``, else ``periods`` equal slices of ``rows``."""
-    from driftmatrix.config import ConfigError
-    from driftmatrix.config import runtime_config
+    from driftmatrix.config import ConfigError, runtime_config
+    from driftmatrix.models.catalog import is_baseline
 
     name = params.dataset.name
     if manifest is not None and not periods:
@@ -236,8 +223,6 @@ def shape_of(params, manifest: Mapping | None = None, share: float | None = None
         per = n / K
         every = tuple(round(per * (i + 1)) - round(per * i) for i in range(K))
         train = tuple(round(e * (1 - params.slicing.test_fraction)) for e in every)
-    from driftmatrix.models.catalog import is_baseline
-
     runtime = runtime_config(params)
     models = tuple(m for m in params.models if not is_baseline(m))  # Prior: no training to schedule
     shares = {m: share if share is not None else (runtime.resources_for(m).num_gpus or 1.0) for m in models}
@@ -247,7 +232,7 @@ def shape_of(params, manifest: Mapping | None = None, share: float | None = None
 
 # --- report --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Row:
+class Row(_Billed):
     study: str
     units: int
     slots: int
@@ -260,14 +245,6 @@ class Row:
     @property
     def busy(self) -> float:
         return sum(s.busy for s in self.stages.values())
-
-    @property
-    def billed(self) -> float:
-        return self.slots * self.makespan
-
-    @property
-    def utilisation(self) -> float:
-        return self.busy / self.billed if self.billed else 0.0
 
 
 def rows_for(studies: Mapping[str, Sequence[Unit]], slots: Iterable[int], order: str = "lpt") -> list[Row]:

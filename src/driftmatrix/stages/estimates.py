@@ -1,16 +1,8 @@
-"""The ``estimates`` stage (after ``matrices``): backtest every estimator on every model's
-drift matrices and write ``outputs/estimates/`` and the DVC metrics ``metrics/estimates.json``;
-its MLflow run ``estimates · <dataset>`` is logged by the report stage (:func:`log_folder`),
-which starts MLflow anyway, or here with ``driftmatrix estimates --track``.
-
-Files: ``backtest.json`` (``{model: {"noise_floor", "causal_mae", "chosen_methods", "trusted_method",
-"hindsight_method", method: {mae, bias, n_cells, coverage, rho, ...}, "previous_period": {the
-same, one period ahead}}}``: the issue's backtest as at cutoff i, and the same cells estimated
-one period ahead from the unit's labelled period j - 1), ``<model>.json`` (per method the
-seed-level estimated matrix over the future cells as at cutoff i, its interval where it has one,
-and |estimate - M|; ``policy_estimates``: each cell one period ahead by the causally chosen
-method, the retraining policies' E) and ``backtest.csv`` (one row per model, reference and method).
-"""
+"""The ``estimates`` stage (after ``matrices``): backtest every estimator on every model's drift
+matrices; writes ``outputs/estimates/`` (``backtest.json``, ``backtest.csv``, ``<model>.json``: formats
+in docs/estimates.md and docs/CONTRACTS.md) and the DVC metrics ``metrics/estimates.json``. Its MLflow
+run is logged by the report stage (:func:`log_folder`), which starts MLflow anyway, or here with
+``--track``."""
 
 from __future__ import annotations
 
@@ -24,12 +16,18 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from driftmatrix.config import Params, estimate_config, evaluation_metric
+from driftmatrix.config import METRICS, Params, estimate_config, evaluation_metric, metric_for
+from driftmatrix.data.table import DataError, DatasetMeta, read_manifest
+from driftmatrix.analysis import matrixfile
 from driftmatrix.estimate import backtest
 from driftmatrix.estimate.backtest import Backtest, ModelScores
 from driftmatrix.estimate.cells import from_doc
-from driftmatrix.estimate.domain import WeightCache
+from driftmatrix.estimate.domain import WeightCache, read_slice_inputs
 from driftmatrix.estimate.methods import CAP_SLACK, METHODS
+from driftmatrix.tracking import runs as tracking
+from driftmatrix.units.environment import Environment
+from driftmatrix.units.plan import model_plan, slice_hashes
+from driftmatrix.units.store import ScoreStore, current_row
 
 log = logging.getLogger(__name__)
 
@@ -37,15 +35,7 @@ DVC_METRICS = Path("metrics/estimates.json")
 
 
 def load_model(params: Params, model: str, manifest: Mapping[str, Any], scores_dir: str | Path) -> ModelScores | None:
-    """One model's seed-level cells and statistics from the score docs of its current plan (keyed
-    with the environment the evaluate stage recorded); None when nothing is scored."""
-    from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.units.store import ScoreStore, current_row
-    from driftmatrix.units.environment import Environment
-    from driftmatrix.config import metric_for
-    from driftmatrix.units.plan import model_plan
-    from driftmatrix.units.plan import slice_hashes
-
+    """One model's seed-level cells and statistics from its current plan's scores; None when nothing is scored."""
     store = ScoreStore(scores_dir, model)
     recorded = store.environment()
     if recorded is None:
@@ -72,13 +62,10 @@ def load_model(params: Params, model: str, manifest: Mapping[str, Any], scores_d
 
 
 def from_matrices(m) -> ModelScores:
-    """A folder's drift matrices (``analysis.matrixfile``, ours or the published format) as cells
-    without forward-pass statistics: only the matrix methods (carry-forward, trend) apply, and
-    the noise floor only where the matrices record ``n_eval``. Cumulative windows are assumed."""
+    """A folder's drift matrices (ours or published) as cells without forward-pass statistics: only the
+    matrix methods apply, the noise floor only where ``n_eval`` is recorded. Cumulative windows are assumed."""
     S, K = m.seed_values.shape[0], len(m.slices)
     n = np.asarray(m.extra.get("n_eval", np.full((K, K), np.nan)), dtype=float)
-    from driftmatrix.config import METRICS
-
     metric = next((k for k, v in METRICS.items() if v.name.lower() == m.metric.lower()), m.metric.lower())
     return ModelScores(m.model, list(m.slices), list(m.seeds or range(S)), np.asarray(m.seed_values, dtype=float),
                        np.broadcast_to(n, (S, K, K)).copy(), [[[None] * K for _ in range(K)] for _ in range(S)],
@@ -92,12 +79,9 @@ PREVIOUS_KEYS = ("mae", "bias", "n_cells", "mae_by_seed", "coverage", "rho")
 def backtest_models(models: Mapping[str, ModelScores], min_ess: float = 30.0, shift_threshold: float = 0.1,
                     cap_slack: float = CAP_SLACK, cache: WeightCache | None = None
                     ) -> dict[str, tuple[Backtest, Backtest, dict[str, Any]]]:
-    """Both backtests of each model of one dataset, as at cutoff i (the summary's top level) and
-    one period ahead (the summary's ``previous_period``: per method its MAE, bias and cells, only
-    methods that estimate every future cell that way: IW-inputs needs held-out rows and has no
-    estimate from a later period; its causal choice and label-shift flag), BBSE's flag calibrated
-    on every model's cells per reference (``backtest.calibrate_flags``). ``cache``: domain weights
-    shared by the models."""
+    """Both backtests of each model, as at cutoff i and one period ahead (the summary's
+    ``previous_period``: only methods that estimate every future cell that way, so not IW-inputs),
+    BBSE's flag calibrated on every model's cells per reference. ``cache``: shared domain weights."""
     runs = {name: [backtest.run(ms, min_ess, shift_threshold, cap_slack=cap_slack, cache=cache, reference=r)
                    for r in backtest.REFERENCES] for name, ms in models.items()}
     for k in range(len(backtest.REFERENCES)):
@@ -115,10 +99,7 @@ def backtest_models(models: Mapping[str, ModelScores], min_ess: float = 30.0, sh
 
 
 def run_matrices(folder: str | Path, out_dir: str | Path, shift_threshold: float = 0.1) -> dict[str, dict[str, Any]]:
-    """Backtest the matrix methods on any folder of drift matrices (e.g. published ones): writes
-    ``backtest.json`` / ``backtest.csv`` and ``<model>.json`` to ``out_dir``."""
-    from driftmatrix.analysis import matrixfile
-
+    """Backtest the matrix methods on any folder of drift matrices (e.g. published ones) into ``out_dir``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     models = {name: from_matrices(m) for name, m in matrixfile.load_folder(folder).items()}
@@ -130,16 +111,6 @@ def run_matrices(folder: str | Path, out_dir: str | Path, shift_threshold: float
     return summaries
 
 
-def read_manifest(slices_dir: str | Path) -> dict[str, Any]:
-    """The slices' ``manifest.json`` (``slicing.read_manifest`` without importing pandas)."""
-    from driftmatrix.data.table import DataError
-
-    path = Path(slices_dir) / "manifest.json"
-    if not path.exists():
-        raise DataError(f"{slices_dir}: no manifest.json (run `driftmatrix slice` first)")
-    return json.loads(path.read_text())
-
-
 def _nested(a: np.ndarray):
     if a.ndim == 0:
         v = float(a)
@@ -148,11 +119,8 @@ def _nested(a: np.ndarray):
 
 
 def model_doc(ms: ModelScores, bt: Backtest, ahead: Backtest) -> dict[str, Any]:
-    """``<model>.json``: per method the estimated matrices (S, K, K), intervals, errors and the
-    seed-mean error matrix; NaN (null) outside the future cells. ``policy_estimates`` (S, K, K):
-    cell (i, t) estimated one period ahead (``ahead``) by the method chosen from periods < t, what
-    a retraining policy knows of the deployed model i at the end of period t with labels up to
-    t - 1 (label delay 0 or 1)."""
+    """``<model>.json`` (docs/estimates.md): per method the estimated matrices, intervals and errors;
+    ``policy_estimates``: each cell one period ahead (``ahead``) by the method chosen causally."""
     methods = {}
     for name, est in bt.estimates.items():
         if not np.isfinite(est).any():
@@ -185,8 +153,7 @@ def csv_rows(backtests: Mapping[str, Mapping[str, Any]]) -> str:
 
 
 def dvc_metrics(backtests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
-    """Per model: noise floor, the MAE of the causally chosen methods (``best_mae``, as at cutoff
-    and one period ahead) and every method's MAE in hindsight (flat, for `dvc exp show`)."""
+    """Per model, flat for `dvc exp show`: noise floor, the causal choice's MAE (``best_mae``) and every method's."""
     out = {}
     for model, s in backtests.items():
         ahead = s.get("previous_period") or {}
@@ -198,31 +165,22 @@ def dvc_metrics(backtests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def log_to_mlflow(params: Params, backtests: Mapping[str, Mapping[str, Any]], files: list[Path]) -> str:
-    """One run ``estimates · <dataset>`` (tag kind=estimates): MAE, bias and coverage per model and
-    method, noise floors, and the files as artifacts."""
+    """One run ``estimates · <dataset>``: MAE, bias and coverage per model and method, and the files."""
     import mlflow
-
-    from driftmatrix.tracking import runs as tracking
 
     dataset = params.dataset.name
     exp_id = tracking.configure(params.tracking)
     with tracking.stage_run(exp_id, f"estimates · {dataset}", {"kind": "estimates", "dataset": dataset}) as run:
         metrics = {}
         for model, s in backtests.items():
-            if s.get("noise_floor") is not None:
-                metrics[f"{model}.noise_floor"] = s["noise_floor"]
+            ahead = s.get("previous_period") or {}
+            metrics.update({f"{model}.noise_floor": s.get("noise_floor"), f"{model}.causal_mae": s.get("causal_mae"),
+                            f"{model}.previous_period.causal_mae": ahead.get("causal_mae")})
             for m in METHODS:
-                for k in ("mae", "bias", "coverage", "rho"):
-                    v = (s.get(m) or {}).get(k)
-                    if v is not None:  # MLflow keys take no "+": AC+cap -> AC_cap
-                        metrics[f"{model}.{m.replace('+', '_')}.{k}"] = v
-                v = ((s.get("previous_period") or {}).get(m) or {}).get("mae")
-                if v is not None:
-                    metrics[f"{model}.previous_period.{m.replace('+', '_')}.mae"] = v
-            for key, part in (("causal_mae", s), ("previous_period.causal_mae", s.get("previous_period") or {})):
-                if part.get("causal_mae") is not None:
-                    metrics[f"{model}.{key}"] = part["causal_mae"]
-        mlflow.log_metrics(metrics)
+                key = f"{model}.{m.replace('+', '_')}"  # MLflow keys take no "+": AC+cap -> AC_cap
+                metrics.update({f"{key}.{k}": (s.get(m) or {}).get(k) for k in ("mae", "bias", "coverage", "rho")})
+                metrics[f"{model}.previous_period.{m.replace('+', '_')}.mae"] = (ahead.get(m) or {}).get("mae")
+        mlflow.log_metrics({k: v for k, v in metrics.items() if v is not None})
         mlflow.set_tags({f"trusted_method.{model}": s["trusted_method"] for model, s in backtests.items()
                          if "trusted_method" in s})
         for f in files:
@@ -231,9 +189,8 @@ def log_to_mlflow(params: Params, backtests: Mapping[str, Mapping[str, Any]], fi
 
 
 def log_folder(params: Params, out_dir: str | Path = "outputs/estimates") -> str | None:
-    """:func:`log_to_mlflow` of a folder the stage wrote (None when it holds no backtest): the
-    report stage calls it, so that MLflow starts once for the matrices' run and this one (its
-    import and store take about 2.7 s in a fresh process, more than the estimation itself)."""
+    """:func:`log_to_mlflow` of the stage's folder (None without a backtest), called by the report
+    stage so that MLflow starts once (about 2.7 s, more than the estimation itself)."""
     out_dir = Path(out_dir)
     path = out_dir / "backtest.json"
     if not path.exists():
@@ -246,9 +203,6 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
         out_dir: str | Path = "outputs/estimates", metrics_path: str | Path | None = DVC_METRICS,
         track: bool = False) -> dict[str, dict[str, Any]]:
     """The whole stage; returns backtest.json's content."""
-    from driftmatrix.data.table import DataError
-    from driftmatrix.estimate.domain import read_slice_inputs
-
     cfg = estimate_config(params)
     manifest = read_manifest(slices_dir)
     out_dir = Path(out_dir)

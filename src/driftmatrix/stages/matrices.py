@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -17,8 +16,12 @@ import numpy as np
 from driftmatrix.analysis import matrixfile
 from driftmatrix.analysis.matrixfile import DriftMatrices
 from driftmatrix.analysis.tables import Cohort
-from driftmatrix.config import Params, evaluation_metric
-from driftmatrix.units.plan import ModelPlan
+from driftmatrix.config import Params, evaluation_metric, metric_for
+from driftmatrix.data.table import DataError, DatasetMeta, read_manifest
+from driftmatrix.reporting import dvcfiles, text
+from driftmatrix.units.environment import Environment
+from driftmatrix.units.plan import ModelPlan, model_plan, slice_hashes
+from driftmatrix.units.store import ScoreStore, current_row
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +35,6 @@ DVC_MATRICES = Path("metrics/matrices")
 def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[str, Any]],
              metric, dataset: str, precision: str = "") -> DriftMatrices:
     """The (S, K, K) seed stack of exactly the plan's cells (pure), unscored cells NaN, and ``extra``."""
-    from driftmatrix.units.store import current_row
-
     K, S = len(plan.labels), len(plan.seeds)
     stack, n_eval = np.full((S, K, K), np.nan), np.full((K, K), np.nan)
     for unit in plan.units:
@@ -57,13 +58,6 @@ def assemble(plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, Mapping[
 def read_model(params: Params, model: str, manifest: Mapping[str, Any],
                scores_dir: str | Path) -> DriftMatrices | None:
     """One model's matrices from its current plan's scores (None: nothing scored yet)."""
-    from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.units.store import ScoreStore
-    from driftmatrix.units.environment import Environment
-    from driftmatrix.config import metric_for
-    from driftmatrix.units.plan import model_plan
-    from driftmatrix.units.plan import slice_hashes
-
     store = ScoreStore(scores_dir, model)
     recorded = store.environment()
     if recorded is None:
@@ -86,9 +80,6 @@ def read_model(params: Params, model: str, manifest: Mapping[str, Any],
 
 def read_scores(params: Params, slices_dir: str | Path, scores_dir: str | Path) -> dict[str, DriftMatrices]:
     """Every configured model's matrices (models with no scored cell at all are left out)."""
-    from driftmatrix.data.table import DataError
-    from driftmatrix.data.slicing import read_manifest
-
     manifest = read_manifest(slices_dir)
     out = {}
     for name in params.models:
@@ -107,10 +98,6 @@ def _write_csv(path: Path, M: np.ndarray, slices: list[str]) -> None:
 
     pd.DataFrame(M, index=pd.Index(slices, name="trained_up_to"), columns=slices).to_csv(
         path, float_format="%.6g")
-
-
-def _clean(v):
-    return None if isinstance(v, float) and math.isnan(v) else v
 
 
 def _is_matrix_file(path: Path) -> bool:
@@ -137,8 +124,6 @@ def remove_stale(out_dir: Path, models: set[str]) -> list[Path]:
 def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path,
                   plots_dir: Path | None = None) -> list[Path]:
     """Matrix JSON/CSV per model, summary.{json,csv}, DVC metrics and plots; returns the files written."""
-    from driftmatrix.reporting import dvcfiles, text
-
     out_dir.mkdir(parents=True, exist_ok=True)
     removed = remove_stale(out_dir, set(cohort.models))
     if removed:
@@ -159,7 +144,7 @@ def write_outputs(cohort: Cohort, out_dir: Path, metrics_path: Path,
     files += [out_dir / "summary.json", out_dir / "summary.csv"]
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     metrics_path.write_text(json.dumps(
-        {r["model"]: {k: _clean(r[k]) for k in STATS} for r in records}, indent=2))
+        {r["model"]: {k: r[k] for k in STATS} for r in records}, indent=2))  # NaN already None
     files.append(metrics_path)
     if plots_dir is not None:
         dvcfiles.write_matrix_csvs(cohort, plots_dir)
@@ -172,8 +157,7 @@ def run(params: Params, scores_dir: str | Path, out_dir: str | Path,
     """The whole stage. ``metrics_path`` defaults to metrics.json beside ``out_dir``."""
     out_dir = Path(out_dir)
     metrics_path = Path(metrics_path) if metrics_path else out_dir.parent / "metrics.json"
-    models = read_scores(params, slices_dir, scores_dir)
-    cohort = Cohort(models)
+    cohort = Cohort(read_scores(params, slices_dir, scores_dir))
     write_outputs(cohort, out_dir, metrics_path, Path(plots_dir) if plots_dir else None)
     for name, s in cohort.summaries.items():
         log.info("%s: ID %.3f  future %.3f  decay %.3f  TD %.4f", name, s.in_distribution, s.future,

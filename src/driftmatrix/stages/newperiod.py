@@ -1,24 +1,9 @@
 """``driftmatrix estimate --data PATH``: every cutoff model's score on a new period, before its
-labels arrive, and whether to retrain.
-
-The new period's inputs are read in the dataset's format with any labels ignored (a Yearbook
-folder, with or without its ``F/``/``M/`` class folders, or a ``.npy`` of uint8 images; a feature
-or text table with the dataset's reader options); every unit of the current plan is loaded from
-its checkpoint (or from the MLflow registry) and run on them once, as its registered model serves
-them (``transform.model_inputs`` / ``transform.forward``: the evaluate stage's precision and layout);
-each method then estimates its score from the matrix and the unit's held-out
-statistics (``driftmatrix.estimate.backtest.estimate_from_history``: everything up to the last
-period is known now) twice: from the unit's held-out rows and M[i, i] (as the backtest does at
-cutoff i), and from its labelled latest period and M[i, last] (``<method>@prev``, as the backtest
-does one period ahead); ``IW-inputs`` weights each unit's held-out rows towards the new rows by
-a domain classifier on the same input features as the backtest (``driftmatrix.estimate.domain``).
-Per model it trusts the method with the lowest backtest MAE of either
-(``outputs/estimates/backtest.json``), or one that reads no confidences when the period's labels
-seem to have moved (black-box shift estimate above ``estimate.label_shift``). Each model's
-decision is the one of its policy in ``outputs/policy/recommendation.json`` (:func:`decide`: its
-trigger and the tau it chose on earlier periods), and a drop within twice the binomial standard
-error of the unit's held-out cell is never ``retrain``.
-"""
+labels arrive, and whether to retrain (docs/estimates.md, "driftmatrix estimate --data PATH"): each
+unit runs on the new inputs as its registered model serves them, every method estimates its score
+from the unit's held-out rows (as the backtest at cutoff i) and from its latest labelled period
+(``<method>@prev``), and each model's policy decides (:func:`decide`); a drop within the noise is
+never ``retrain``."""
 
 from __future__ import annotations
 
@@ -31,9 +16,19 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from driftmatrix.config import Params, estimate_config
-from driftmatrix.data.table import DataError
+from driftmatrix.data.sources.tabular import read_inputs
+from driftmatrix.data.table import DataError, DatasetMeta, read_manifest
 from driftmatrix.estimate.backtest import ModelScores, estimate_from_history
+from driftmatrix.estimate.cells import from_doc
+from driftmatrix.estimate.domain import WeightCache, image_features, read_slice_inputs, table_features
 from driftmatrix.estimate.methods import CAP_SLACK, CONFIDENCE_METHODS, METHODS
+from driftmatrix.learn.score import forward_stats
+from driftmatrix.runtime.executor import torch_threads
+from driftmatrix.stages.estimates import load_model
+from driftmatrix.tracking.runs import configure, load_registered
+from driftmatrix.units.environment import Environment
+from driftmatrix.units.experiment import ExperimentInfo
+from driftmatrix.units.store import CheckpointStore, ScoreStore
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +37,7 @@ IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg")
 
 def read_images(path: str | Path, size: int) -> tuple[np.ndarray, list[str]]:
     """(uint8 (N, size, size, 3), file names) of every image under ``path`` (a folder, searched
-    recursively, or an ``.npy``), decoded as ingestion decodes them (``transform.read_images``);
-    class folders and file-name years are ignored."""
+    recursively, or an ``.npy``), decoded as ingestion decodes them; class folders are ignored."""
     from driftmatrix.features.transform import read_images as decode_files
 
     path = Path(path)
@@ -63,12 +57,7 @@ def read_images(path: str | Path, size: int) -> tuple[np.ndarray, list[str]]:
 
 def read_period(params: Params, data: str | Path, slices_dir: str | Path, meta) -> tuple[Any, np.ndarray | None]:
     """(raw inputs, their input features for ``IW-inputs`` or None) of the new period at ``data``,
-    read as ingestion reads the dataset, labels ignored: images, or a table's feature columns (a
-    frame) or documents (a list) by ``data.sources.tabular.read_inputs`` with the dataset's options
-    (another text source: a table or JSON lines with its ``input_fields``, default ``text``)."""
-    from driftmatrix.data.sources.tabular import read_inputs
-    from driftmatrix.estimate.domain import image_features, table_features
-
+    read as ingestion reads the dataset, labels ignored: images, a feature frame or documents."""
     if meta.input_kind == "image":
         images_path = Path(slices_dir) / "images.npy"
         if not images_path.exists():
@@ -104,8 +93,7 @@ SHIFT_CANDIDATES = ("trend", "BBSE") + tuple(m + PREVIOUS for m in ("carry-forwa
 
 
 def backtested(summary: Mapping[str, Any]) -> dict[str, float]:
-    """Backtest MAE by estimate name: a method's as at cutoff i, ``<method>@prev``'s one period
-    ahead (the same future cells, so the two compare)."""
+    """Backtest MAE by estimate name (``<method>@prev``: one period ahead, on the same future cells)."""
     out = {}
     for part, suffix in ((summary, ""), (summary.get("previous_period") or {}, PREVIOUS)):
         out.update({m + suffix: r["mae"] for m, r in part.items() if m in METHODS and r.get("mae") is not None})
@@ -113,9 +101,8 @@ def backtested(summary: Mapping[str, Any]) -> dict[str, float]:
 
 
 def choose(summary: Mapping[str, Any] | None, shifted: bool) -> Choice:
-    """The estimate a model's retrain flag is trusted from: the lowest backtest MAE among
-    :data:`CANDIDATES`, or among :data:`SHIFT_CANDIDATES` when the labels seem to have moved;
-    trend without a backtest."""
+    """The estimate a model's retrain flag is trusted from: the lowest backtest MAE among the
+    candidates (:data:`SHIFT_CANDIDATES` under a label shift); trend without a backtest."""
     pool = SHIFT_CANDIDATES if shifted else CANDIDATES
     if not summary:
         return Choice("trend", "no backtest (run `driftmatrix estimates`): trend, the matrix's own decay")
@@ -136,19 +123,11 @@ def choose(summary: Mapping[str, Any] | None, shifted: bool) -> Choice:
 
 def unit_outputs(params: Params, model: str, ms: ModelScores, raw, checkpoints_dir: str | Path, slices_dir: str | Path,
                  source: str = "checkpoints", scores_dir: str | Path = "outputs/scores") -> dict[tuple[int, int], np.ndarray]:
-    """(seed, cutoff index) -> the unit's outputs on the new rows ``raw`` (:func:`read_period`), made
-    as the served model and the evaluate stage make them: ``transform.model_inputs`` and
-    ``transform.forward`` in the recorded precision and memory layout. With ``source="registry"`` no
-    checkpoint is read: the train stage's environment (the plan's keys, the threads) comes from its
-    copy beside the scores, so the registry and the scores are all it needs; each unit is the
-    version of its unit key and of the weights its scores came from (``tracking.registered_version``)."""
+    """(seed, cutoff index) -> the unit's outputs on the new rows ``raw``, made as the served model
+    and the evaluate stage make them. With ``source="registry"`` no checkpoint is read: the
+    environment comes from the scores' copy, each unit from its registered version."""
     from driftmatrix.features import transform
     from driftmatrix.tracking import pyfunc as serving
-    from driftmatrix.units.store import CheckpointStore
-    from driftmatrix.units.store import ScoreStore
-    from driftmatrix.runtime.executor import torch_threads
-    from driftmatrix.units.environment import Environment
-    from driftmatrix.units.experiment import ExperimentInfo
 
     store = CheckpointStore(checkpoints_dir, model)
     recorded = (ScoreStore(scores_dir, model) if source == "registry" else store).environment()
@@ -172,19 +151,14 @@ def unit_outputs(params: Params, model: str, ms: ModelScores, raw, checkpoints_d
 
 def unit_network(params: Params, unit, store, config: Mapping[str, Any], device: str, source: str,
                  scores_dir: str | Path = "outputs/scores"):
-    """A unit's network, laid out as the evaluate stage scores it, from the MLflow registry or its
-    checkpoint (None, with a warning, when it has none)."""
+    """A unit's network from the MLflow registry or its checkpoint (None, with a warning, without one)."""
     from driftmatrix.features import transform
 
     if source == "registry":
-        from driftmatrix.tracking.runs import configure, load_registered
-
         configure(params.tracking)
-        from driftmatrix.units.store import ScoreStore
-
         try:
-            net = load_registered(unit, ScoreStore(scores_dir, unit.model).read(unit.key).get("weights_digest"))
-            return net.to(device)
+            digest = ScoreStore(scores_dir, unit.model).read(unit.key).get("weights_digest")
+            return load_registered(unit, digest).to(device)
         except LookupError as exc:  # no version of this unit and weights: the registry's own line says why
             raise DataError(f"{exc}; without --registry the checkpoints are read") from None
         except Exception as exc:  # noqa: BLE001 - any registry failure: one line, and the way out
@@ -213,10 +187,8 @@ def noise(ms: ModelScores, i: int, summary: Mapping[str, Any] | None) -> float:
 
 def decide(rule: Mapping[str, Any] | None, ms: ModelScores, i: int, lag: int, drop: float) -> tuple[str, float, float]:
     """(what, signal, tau) of a unit's policy on the new period: retrain when signal > tau. ``rule``:
-    the model's policy (``recommendation.json`` per_model; None: the estimate trigger at tau 0).
-    The label trigger reads the newest labelled period, the cumulative one adds the labelled
-    losses since deployment to this drop; the drift trigger, whose statistic needs the audit of
-    the new period, is decided by the estimated drop."""
+    the model's policy (``recommendation.json`` per_model; None: the estimate trigger at tau 0); the
+    drift trigger, whose statistic needs an audit of the new period, is decided by the estimated drop."""
     policy = (rule or {}).get("policy", "estimate")
     if policy == "never":
         return "never retrained", 0.0, np.inf
@@ -237,18 +209,13 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
                    min_ess: float, cutoffs: Sequence[int] | None = None,
                    cap_slack: float = CAP_SLACK, target_x: np.ndarray | None = None,
                    cache=None) -> list[dict[str, Any]]:
-    """One record per cutoff (seeds averaged): every method's estimate, the in-distribution score,
-    the trusted method, its drop, the policy's decision (``rule``: :func:`decide`) and the retrain
-    flag, never raised by a drop within the noise (pure but for the statistics it computes).
-    ``target_x``: the new rows' input features (``domain.image_features``), with ``ms.inputs``
-    those of the slices, for ``IW-inputs``; ``cache``: a ``domain.WeightCache`` of this period."""
-    from driftmatrix.estimate.cells import from_doc
-    from driftmatrix.learn.score import forward_stats
-
+    """One record per cutoff (seeds averaged): every method's estimate, the trusted one and its drop,
+    the policy's decision (:func:`decide`) and the retrain flag. ``target_x``: the new rows' input
+    features for ``IW-inputs``; ``cache``: a ``domain.WeightCache`` of this period."""
     K = ms.K
     records = []
     for i in cutoffs if cutoffs is not None else range(K):
-        per_seed, shifts, ess, ess_inputs = [], [], [], []
+        per_seed, shifts, ess = [], [], {"IW": [], "IW-inputs": []}
         for s in range(len(ms.seeds)):
             if (s, i) not in outputs or not np.isfinite(ms.values[s, i, i]):
                 continue
@@ -261,10 +228,9 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
             per_seed.append((ms.values[s, i, i], est))
             if "BBSE" in est:
                 shifts.append((est["BBSE"].flags["label_shift_tv"], est["BBSE"].flags["label_shift"]))
-            if "IW" in est:
-                ess.append(est["IW"].flags["ess"])
-            if "IW-inputs" in est:
-                ess_inputs.append(est["IW-inputs"].flags["ess"])
+            for m in ess:
+                if m in est:
+                    ess[m].append(est[m].flags["ess"])
         if not per_seed:
             continue
         id_score = float(np.mean([v for v, _ in per_seed]))
@@ -286,8 +252,8 @@ def estimate_model(ms: ModelScores, outputs: Mapping[tuple[int, int], np.ndarray
             "decision": {"policy": what, "signal": round(signal, 4), "tau": None if np.isinf(tau) else round(tau, 4)},
             "retrain": bool(signal > tau and drop > floor),
             "label_shift_tv": None if shift is None else round(shift, 4), "label_shift": shifted,
-            "iw_ess": None if not ess else round(float(np.mean(ess)), 1),
-            "iw_inputs_ess": None if not ess_inputs else round(float(np.mean(ess_inputs)), 1),
+            "iw_ess": None if not ess["IW"] else round(float(np.mean(ess["IW"])), 1),
+            "iw_inputs_ess": None if not ess["IW-inputs"] else round(float(np.mean(ess["IW-inputs"])), 1),
             "warning": ("the labels of this period seem to have moved (estimated total variation "
                         f"{shift:.2f} > {shift_threshold}, predicted classes moved beyond chance): confidence-based estimates "
                         f"({', '.join(CONFIDENCE_METHODS)}) are not to be trusted") if shifted else None})
@@ -299,13 +265,8 @@ def run(params: Params, data: str | Path, slices_dir: str | Path = "outputs/slic
         estimates_dir: str | Path = "outputs/estimates", out: str | Path | None = None, ahead: int = 1,
         latest: bool = False, source: str = "checkpoints",
         policy_dir: str | Path = "outputs/policy") -> list[dict[str, Any]]:
-    """Estimate every configured model's cutoff units (or only the latest cutoff) on the new
-    period at ``data``, ``ahead`` periods after the last slice, and decide under each model's
-    policy (``policy_dir``: the policy stage's folder); writes ``out`` (JSON and CSV)."""
-    from driftmatrix.data.table import DatasetMeta
-    from driftmatrix.estimate.domain import WeightCache, read_slice_inputs
-    from driftmatrix.stages.estimates import load_model, read_manifest
-
+    """Estimate every model's cutoff units (or the latest) on the period at ``data``, ``ahead``
+    periods after the last slice, and decide under each model's policy; writes ``out`` (JSON, CSV)."""
     cfg = estimate_config(params)
     manifest = read_manifest(slices_dir)
     meta = DatasetMeta.from_dict(manifest["dataset"])
@@ -352,26 +313,23 @@ def write(records: Sequence[Mapping[str, Any]], out: Path, meta: Mapping[str, An
 
 
 def render(records: Sequence[Mapping[str, Any]]) -> str:
-    """The printed table: per model the trusted method and why and its policy, then one line per
-    cutoff with its in-distribution score, its score on the latest labelled period, the trusted
-    estimate, the policy's signal against its tau and the flag (every method's estimate is in the
-    written JSON and CSV)."""
+    """The printed table: per model the trusted method and its policy, then per cutoff the scores,
+    the trusted estimate, the policy's signal and the flag (every estimate is in the JSON and CSV)."""
     out, model = [], None
     for r in records:
+        d = r["decision"]
         if r["model"] != model:
             model = r["model"]
-            d = r["decision"]
             when = f"{d['policy']} > {d['tau']:g}" if d["tau"] is not None else f"{d['policy']}: no retrain due"
             out.append(f"\n{model}: trusts {r['trusted']} ({r['why']}); policy: {when}, and only a drop beyond "
                        f"{NOISE_SE:g} standard errors of the held-out cell (noise) retrains")
             out.append(f"  {'cutoff':<8}{'ID':>7}{'latest':>8}{'estimate':>10}  {'trusted':<22}{'drop':>6}{'noise':>7}"
                        f"{'signal':>8}  flag")
-        d = r["decision"]
         due = d["tau"] is not None and d["signal"] > d["tau"]
         flag = "RETRAIN" if r["retrain"] else "ok (drop within noise)" if due else "ok"
         if r["warning"]:
             flag += f"  (label shift {r['label_shift_tv']:.2f}: confidence-based estimates not trusted)"
         latest = r["estimates"].get("carry-forward" + PREVIOUS, float("nan"))
         out.append(f"  {r['cutoff']:<8}{r['in_distribution']:>7.1f}{latest:>8.1f}{r['estimates'][r['trusted']]:>10.1f}"
-                   f"  {r['trusted']:<22}{r['drop']:>6.1f}{r['noise']:>7.1f}{r['decision']['signal']:>8.2f}  {flag}")
+                   f"  {r['trusted']:<22}{r['drop']:>6.1f}{r['noise']:>7.1f}{d['signal']:>8.2f}  {flag}")
     return "\n".join(out).lstrip("\n")

@@ -1,17 +1,9 @@
 """The ``policy`` stage (after ``estimates``): every retraining policy replayed on each model's
-matrices (:mod:`driftmatrix.analysis.policy`), the recommended (model, policy) for
-``params.yaml: policy`` and the frontier plot. Also ``driftmatrix policy PATH`` on any folder of
-matrices (the published ones included: no estimates, no audit, so no estimate or drift trigger).
-
-Reads ``outputs/matrices`` (scores, training seconds per unit), ``outputs/estimates/<model>.json``
-(``policy_estimates``: the estimate and cumulative triggers' E) and ``outputs/audit/drift.json``
-(``window_drift``: the drift trigger's D). Writes ``outputs/policy/``: ``policies.csv`` (the
-contract), ``<model>.json`` (per run the per-seed scores, schedules, taus and training seconds),
-``recommendation.json`` (the pair, its words, and each model's own best deployable policy, which
-``driftmatrix estimate --data`` applies); and ``metrics/policy.json``. No matplotlib here (it
-would double the stage's time): the report stage draws the frontier from ``policies.csv``, logs
-the MLflow run ``policy · <dataset>`` (:func:`log_folder`) and points the registry alias
-``recommended`` at the recommended model.
+matrices (:mod:`driftmatrix.analysis.policy`) and the recommended (model, policy) for ``params.yaml:
+policy``; also ``driftmatrix policy PATH`` on any folder of matrices (no estimate or drift trigger
+without the estimates and audit stages' outputs). Inputs and ``outputs/policy/``: docs/policy.md.
+No matplotlib here (it would double the stage's time): the report stage draws the frontier, logs
+the MLflow run (:func:`log_folder`) and points the registry alias ``recommended``.
 """
 
 from __future__ import annotations
@@ -28,13 +20,14 @@ import numpy as np
 from driftmatrix.analysis import matrixfile, policy as pol
 from driftmatrix.analysis.tables import Cohort
 from driftmatrix.config import PolicyConfig
+from driftmatrix.tracking import runs as tracking
 
 log = logging.getLogger(__name__)
 
 DVC_METRICS = Path("metrics/policy.json")
 
 
-def estimates_of(folder: Path | None, cohort: Cohort) -> dict[str, np.ndarray]:
+def estimates_of(folder: str | Path | None, cohort: Cohort) -> dict[str, np.ndarray]:
     """model -> E (S, K, K) aligned with the matrices' seeds; models without one are left out."""
     out = {}
     for model, dm in cohort.models.items():
@@ -53,7 +46,7 @@ def estimates_of(folder: Path | None, cohort: Cohort) -> dict[str, np.ndarray]:
     return out
 
 
-def window_drift(audit_dir: Path | None, slices) -> np.ndarray | None:
+def window_drift(audit_dir: str | Path | None, slices) -> np.ndarray | None:
     """The audit's D[r, t] (K, K), or None when it has none for these slices."""
     path = None if audit_dir is None else Path(audit_dir) / "drift.json"
     if path is None or not path.exists():
@@ -68,7 +61,7 @@ def window_drift(audit_dir: Path | None, slices) -> np.ndarray | None:
 def seconds_of(dm) -> np.ndarray | None:
     """(S, K) training seconds per unit from the matrices' provenance (NaN where unknown)."""
     secs = dm.extra.get("seconds")
-    return None if secs is None else np.array([[np.nan if v is None else v for v in row] for row in secs], float)
+    return None if secs is None else np.array(secs, float)  # None -> NaN
 
 
 @dataclass(frozen=True)
@@ -81,23 +74,14 @@ class Outcome:
 
 def compute(cohort: Cohort, cfg: PolicyConfig, E: Mapping[str, np.ndarray] | None = None,
             D: np.ndarray | None = None) -> Outcome:
-    E = E or {}
-    runs = {m: pol.evaluate(st, cfg.label_delay, E.get(m), D, seconds_of(cohort.models[m]), cohort.higher_is_better,
-                            cfg.retrain_cost, cfg.budget) for m, st in cohort.stacks.items()}
+    runs = {m: pol.evaluate(st, cfg.label_delay, (E or {}).get(m), D, seconds_of(cohort.models[m]),
+                            cohort.higher_is_better, cfg.retrain_cost, cfg.budget) for m, st in cohort.stacks.items()}
     rec = pol.recommend(runs, cohort.families, cfg.retrain_cost, cfg.budget, cohort.higher_is_better, cohort.unit)
-    sign = 1.0 if cohort.higher_is_better else -1.0
-    per_model = {}
-    for m, rs in runs.items():
-        cands = [r for r in rs if pol.deployable(r)]
-        if cands:
-            per_model[m] = cands[pol.pick_best([sign * r.score for r in cands], [r.retrains for r in cands],
-                                               cfg.retrain_cost, cfg.budget)]
-    return Outcome(runs, rec, per_model, cohort)
+    return Outcome(runs, rec, pol.best_deployable(runs, cfg.retrain_cost, cfg.budget, cohort.higher_is_better), cohort)
 
 
 def _run_doc(r: pol.Run) -> dict:
-    doc = {"policy": r.policy, "param": pol.json_number(r.param), "label_delay": r.label_delay, "retrains": r.retrains,
-           "score": pol.json_number(r.score), "std": pol.json_number(r.std), "description": pol.describe(r)}
+    doc = {**pol.run_doc(r), "description": pol.describe(r)}
     if r.seconds is not None:
         doc["seconds"] = pol.json_number(float(np.nanmean(r.seconds)))
     if r.taus is not None:  # the tau a deployer uses at the next decision (null: no retrain yet)
@@ -113,8 +97,7 @@ def recommendation_doc(o: Outcome, cfg: PolicyConfig) -> dict:
 
 
 def metrics_doc(o: Outcome) -> dict:
-    """Flat numbers per model for `dvc metrics show` / `dvc exp show`: never, the chosen policy,
-    each trigger with its tau chosen causally, and the oracle at the chosen policy's retrains."""
+    """Flat numbers per model for `dvc exp show`: never, the chosen policy, each nested trigger, the oracle."""
     out: dict = {"recommended": o.rec.model or "none"}
     for m, rs in o.runs.items():
         by = {(r.policy, r.param): r for r in rs}
@@ -139,8 +122,8 @@ def run(matrices_dir: str | Path = "outputs/matrices", out_dir: str | Path = "ou
         audit_dir: str | Path | None = "outputs/audit", metrics_path: str | Path | None = DVC_METRICS) -> Outcome:
     """The whole stage; writes ``out_dir`` (and ``metrics_path`` when given)."""
     cohort = Cohort(matrixfile.load_folder(matrices_dir))
-    E = estimates_of(None if estimates_dir is None else Path(estimates_dir), cohort)
-    D = window_drift(None if audit_dir is None else Path(audit_dir), cohort.slices)
+    E = estimates_of(estimates_dir, cohort)
+    D = window_drift(audit_dir, cohort.slices)
     o = compute(cohort, cfg, E, D)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -157,28 +140,21 @@ def run(matrices_dir: str | Path = "outputs/matrices", out_dir: str | Path = "ou
 
 
 def log_folder(params, out_dir: str | Path = "outputs/policy", plot: Path | None = None) -> str | None:
-    """One MLflow run ``policy · <dataset>`` (tag kind=policy) with each model's chosen policy's
-    numbers, the folder's files and the frontier ``plot`` (None when the stage wrote nothing)."""
+    """One MLflow run ``policy · <dataset>``: each model's chosen policy, the files and ``plot`` (None: no folder)."""
     out_dir = Path(out_dir)
     rec_path = out_dir / "recommendation.json"
     if not rec_path.exists():
         return None
     import mlflow
 
-    from driftmatrix.tracking import runs as tracking
-
     rec = json.loads(rec_path.read_text())
     dataset = params.dataset.name
     exp_id = tracking.configure(params.tracking)
     with tracking.stage_run(exp_id, f"policy · {dataset}", {"kind": "policy", "dataset": dataset}) as run:
-        metrics = {}
-        for model, r in rec["per_model"].items():
-            metrics.update({f"{model}.{k}": v for k, v in r.items()
+        mlflow.log_metrics({f"{model}.{k}": v for model, r in rec["per_model"].items() for k, v in r.items()
                             if k in ("retrains", "score", "std", "seconds") and isinstance(v, (int, float))
                             and math.isfinite(v)})
-        mlflow.log_metrics(metrics)
-        mlflow.log_params({"retrain_cost": rec["retrain_cost"], "budget": rec["budget"],
-                           "label_delay": rec["label_delay"]})
+        mlflow.log_params({k: rec[k] for k in ("retrain_cost", "budget", "label_delay")})
         mlflow.set_tags({"recommended": rec["model"] or "none", "recommendation": rec["text"][:5000]})
         for f in [*sorted(out_dir.iterdir()), *([plot] if plot else [])]:
             if f.suffix in (".csv", ".json", ".png"):

@@ -1,24 +1,16 @@
 """Report stage: heatmaps, the HTML report and the MLflow record of the seed-averaged matrices.
 
-Reads what the matrices stage wrote (``outputs/matrices``: one drift-matrix JSON per model,
-summary files; or any folder of published matrices) and writes ``outputs/report``:
-``plots/<model>.png`` (one colour scale for the whole cohort) and ``report.html`` (linking the
-audit report when there is one). With an audit (its ``drift.json`` beside the audit report), the
-report also correlates the audit's data drift with each model's decay
-(:mod:`driftmatrix.reporting.drift_decay`; ``drift_vs_decay.json``). As a DVC stage
-(``driftmatrix report --track``) it logs one MLflow run ``matrices · <dataset>`` (tag
-``kind=matrices``) with the per-model summary metrics, the Spearman rho of every drift measure
-and model, and the matrices, plots and report as artifacts, and the estimates stage's run
-``estimates · <dataset>`` from ``outputs/estimates`` (one MLflow start for both); then the model
-registry is made to
-agree with the matrices (:mod:`driftmatrix.tracking.registry`: each version's scores and description,
-each model's description linking this run, the advisor's ``recommended-h<H>`` aliases); the policy
-stage's run ``policy · <dataset>`` is logged from ``outputs/policy`` and the alias ``recommended``
-follows its recommended model (none when no model beats the baseline by more than the noise).
+Reads ``outputs/matrices`` (or any folder of published matrices) and writes ``outputs/report``:
+``plots/<model>.png`` on one colour scale and ``report.html``; with an audit's ``drift.json``, the
+audit's data drift against each model's decay (``drift_vs_decay.json``). With ``--track`` (the DVC
+stage) it logs the MLflow runs ``matrices · <dataset>`` and those the estimates and policy stages left
+to it (one MLflow start for all), and makes the model registry agree with the matrices
+(:mod:`driftmatrix.tracking.registry`; the alias ``recommended`` follows the policy stage's pick).
 """
 
 from __future__ import annotations
 
+import csv
 import json
 import logging
 import math
@@ -27,25 +19,15 @@ from pathlib import Path
 from driftmatrix.analysis import matrixfile
 from driftmatrix.analysis.tables import Cohort
 from driftmatrix.config import Params
+from driftmatrix.reporting import drift_decay, figures, html
+from driftmatrix.stages import estimates as estimates_stage, policy as policy_stage
+from driftmatrix.tracking import registry as registry_info, runs as tracking
 
 log = logging.getLogger(__name__)
 
 
-def write_plots(cohort: Cohort, plots_dir: Path) -> list[Path]:
-    """One heatmap per model, on one colour scale for the cohort."""
-    from driftmatrix.reporting import figures
-
-    sc = figures.scales(cohort)
-    return [figures.save(figures.model_heatmap(cohort, name, sc), plots_dir / f"{name}.png")
-            for name in cohort.models]
-
-
 def write_frontier(cohort: Cohort, policies: Path, png: Path) -> Path | None:
     """The policy stage's frontier (``policies.csv``) as a PNG, or None without one."""
-    import csv
-
-    from driftmatrix.reporting import figures
-
     if not policies.exists():
         return None
     with policies.open() as f:
@@ -57,8 +39,6 @@ def log_to_mlflow(params: Params, cohort: Cohort, matrices: list[Path], plots: l
                   dataset: str, decay_metrics: dict[str, float] | None = None) -> str:
     """One run per dataset with the summary metrics and every file; returns the run id."""
     import mlflow
-
-    from driftmatrix.tracking import runs as tracking
 
     exp_id = tracking.configure(params.tracking)
     with tracking.stage_run(exp_id, f"matrices · {dataset}", {"kind": "matrices", "dataset": dataset}) as run:
@@ -75,41 +55,33 @@ def log_to_mlflow(params: Params, cohort: Cohort, matrices: list[Path], plots: l
 def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path = "outputs/report/report.html",
         audit: str | Path | None = "outputs/audit/report.html", title: str | None = None,
         params: Params | None = None, estimates: str | Path | None = None) -> Path:
-    """The whole stage; returns the report's path. With ``params``, the MLflow run is logged to
-    its tracking store (the DVC stage); without, nothing is tracked (a report of any folder).
-    ``estimates``: the estimates stage's folder (default: ``estimates/`` beside the matrices; its
-    section appears when it holds a backtest)."""
-    from driftmatrix.reporting import drift_decay, html
-
+    """The whole stage; returns the report's path. Only with ``params`` (the DVC stage) is anything
+    tracked. ``estimates``: the estimates stage's folder (default: beside the matrices)."""
     matrices_dir, report_path = Path(matrices_dir), Path(report_path)
+    estimates = matrices_dir.parent / "estimates" if estimates is None else estimates
     cohort = Cohort(matrixfile.load_folder(matrices_dir))
     dataset = cohort.first.dataset or (params.dataset.name if params else "")
-    plots = write_plots(cohort, report_path.parent / "plots")
+    sc = figures.scales(cohort)  # one colour scale for every model's heatmap
+    plots = [figures.save(figures.model_heatmap(cohort, name, sc), report_path.parent / "plots" / f"{name}.png")
+             for name in cohort.models]
     audit_doc = drift_decay.read_audit(audit)
     decay = None if audit_doc is None else drift_decay.correlations(audit_doc, cohort)
     if decay is not None:
         (report_path.parent / "drift_vs_decay.json").write_text(json.dumps(decay, indent=2))
     policy_dir = matrices_dir.parent / "policy"
     frontier = write_frontier(cohort, policy_dir / "policies.csv", report_path.parent / "plots" / "policy_frontier.png")
-    report = html.run(matrices_dir, report_path, audit=audit, title=title or f"Drift matrices: {dataset}",
-                      cohort=cohort, decay=decay, policy_png=frontier,
-                      estimates=estimates if estimates is not None else matrices_dir.parent / "estimates",
-                      importance=matrices_dir.parent / "importance", policy=matrices_dir.parent / "policy")
+    report = html.run(cohort, report_path, audit=audit, title=title or f"Drift matrices: {dataset}",
+                      decay=decay, policy_png=frontier, estimates=estimates,
+                      importance=matrices_dir.parent / "importance", policy=policy_dir)
     log.info("report: %s (%d heatmaps)", report, len(plots))
     if params is not None:
-        from driftmatrix.stages import estimates as estimates_stage
-
         files = sorted(f for f in matrices_dir.iterdir() if f.suffix in (".json", ".csv"))
         run_id = log_to_mlflow(params, cohort, files, plots, report, dataset,
                                drift_decay.metrics(decay) if decay else None)
         log.info("report: logged run %s", run_id)
-        estimates_run = estimates_stage.log_folder(params, estimates if estimates is not None
-                                                   else matrices_dir.parent / "estimates")
+        estimates_run = estimates_stage.log_folder(params, estimates)
         if estimates_run:
             log.info("report: logged the estimates stage's run %s", estimates_run)
-        from driftmatrix.stages import policy as policy_stage
-        from driftmatrix.tracking import registry as registry_info
-
         policy_run = policy_stage.log_folder(params, policy_dir, frontier)
         if policy_run:
             log.info("report: logged the policy stage's run %s", policy_run)

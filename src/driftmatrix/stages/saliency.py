@@ -8,14 +8,21 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 
 from driftmatrix.config import ConfigError, Params
-from driftmatrix.data.table import DataError
+from driftmatrix.data.table import DataError, read_manifest
+from driftmatrix.explain import concentration as conc
+from driftmatrix.learn.score import eval_mask
+from driftmatrix.models.catalog import REGISTRY
+from driftmatrix.tracking import runs as tracking
+from driftmatrix.units.environment import recorded_environment
+from driftmatrix.units.experiment import Experiment
+from driftmatrix.units.store import CheckpointStore
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +39,8 @@ class SaliencyConfig:
 def saliency_config(params: Params) -> SaliencyConfig:
     raw = dict(params.extra.get("saliency") or {})
     where = "params.yaml: saliency"
-    unknown = sorted(set(raw) - {"pairs", "eval_years", "n_images", "batch_size", "block"})
+    sizes = ("n_images", "batch_size", "block")
+    unknown = sorted(set(raw) - {"pairs", "eval_years", *sizes})
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}")
     pairs = []
@@ -43,8 +51,7 @@ def saliency_config(params: Params) -> SaliencyConfig:
     years = tuple(str(y) for y in raw.get("eval_years") or [])
     if bool(pairs) != bool(years):
         raise ConfigError(f"{where}: pairs and eval_years go together (both empty turns saliency off)")
-    cfg = SaliencyConfig(tuple(pairs), years, int(raw.get("n_images", 500)), int(raw.get("batch_size", 128)),
-                         int(raw.get("block", 2)))
+    cfg = SaliencyConfig(tuple(pairs), years, **{k: int(raw[k]) for k in sizes if k in raw})
     if min(cfg.n_images, cfg.batch_size, cfg.block) < 1:
         raise ConfigError(f"{where}: n_images, batch_size and block must be >= 1")
     return cfg
@@ -52,8 +59,6 @@ def saliency_config(params: Params) -> SaliencyConfig:
 
 def applicable_pairs(cfg: SaliencyConfig, params: Params, labels: list[str]) -> tuple[list[tuple[str, str]], list[str]]:
     """The configured (model, cutoff) pairs saliency can compute here, and why each other cannot."""
-    from driftmatrix.models.catalog import REGISTRY
-
     kept, skipped = [], []
     for model, cutoff in cfg.pairs:
         if model not in params.models:
@@ -77,20 +82,10 @@ def slice_index(labels: list[str], label: str, what: str) -> int:
 
 def select_rows(slice_ids: np.ndarray, split: np.ndarray, cutoff: int, j: int, n: int) -> np.ndarray:
     """Up to ``n`` rows of the evaluation set of cell (cutoff, j), sorted; the draw depends on j only."""
-    from driftmatrix.learn.score import eval_mask
-
     rows = np.flatnonzero(eval_mask(slice_ids, split, cutoff, j))
     if len(rows) > n:
         rows = np.sort(np.random.default_rng(j).choice(rows, n, replace=False))
     return rows
-
-
-def pixel_batches(pixels, rows: np.ndarray, batch_size: int) -> Iterator:
-    """Normalised pixel batches (B, 3, H, W) of ``rows`` from a ``PixelInputs``."""
-    import torch
-
-    for start in range(0, len(rows), batch_size):
-        yield pixels.batch(torch.as_tensor(rows[start:start + batch_size]))[0]
 
 
 def forward_builder(exp):
@@ -119,8 +114,6 @@ def pixel_inputs(exp, slices_dir: str | Path):
 def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
                    run_ids: Mapping[str, str] | None = None) -> list[tuple[int, str, str | None]]:
     """(seed, unit key, run id) of every seed of the plan whose unit at ``cutoff`` is trained."""
-    from driftmatrix.units.store import CheckpointStore
-
     store = CheckpointStore(checkpoints_dir, exp.spec.name)
     found = [(s, exp.plan.unit(s, cutoff).key) for s in exp.plan.seeds]
     found = [(s, k, (run_ids or {}).get(k)) for s, k in found if store.done(k)]
@@ -133,54 +126,40 @@ def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
 def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None]], rows: np.ndarray,
               batch_size: int, block: int = 1, checkpoints_dir: str | Path = "outputs/checkpoints") -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
     """Per seed the mean saliency map (S, H, W) and mean concentration scores, and the mean image."""
-    from driftmatrix.explain import concentration as conc
+    import torch
+
     from driftmatrix.explain.saliency import mean_saliency
 
     per_image = {"top5_share_img": lambda m: conc.top_share(conc.pool(m.cpu().numpy(), block)),
                  "entropy_img": lambda m: conc.normalised_entropy(conc.pool(m.cpu().numpy(), block))}
-    from driftmatrix.units.store import CheckpointStore
-
     store = CheckpointStore(checkpoints_dir, exp.spec.name)
     maps, image, img_scores = [], None, []
     for _, key, _ in checkpoints:
         module, prepare = forward(exp.load_unit(store, key))
         module.eval()
-        summary = mean_saliency(module, pixel_batches(pixels, rows, batch_size), prepare, per_image)
+        batches = (pixels.batch(torch.as_tensor(rows[k:k + batch_size]))[0] for k in range(0, len(rows), batch_size))
+        summary = mean_saliency(module, batches, prepare, per_image)
         maps.append(summary.mean_map.cpu().numpy())
         img_scores.append(dict(summary.per_image))
         image = ((summary.mean_image.cpu().numpy().transpose(1, 2, 0) + 1.0) / 2.0).clip(0, 1)
     return np.stack(maps), image, img_scores
 
 
-def concentration_rows(model: str, family: str, cutoff: str, eval_year: str, seeds: list[int],
-                       maps: np.ndarray, img_scores: list[dict[str, float]], n_images: int,
-                       block: int = 1) -> list[dict[str, Any]]:
-    """One table row per seed: scores of the mean map, and mean per-image scores."""
-    from driftmatrix.explain.concentration import scores
-
-    return [{"model": model, "family": family, "cutoff": cutoff, "eval": eval_year, "seed": s,
-             "n_images": n_images, "block": block, **scores(m, block), **extra}
-            for s, m, extra in zip(seeds, maps, img_scores)]
-
-
 def summarise(rows: list[dict[str, Any]]):
     """Seed mean and std (ddof=1) of the concentration scores per model, cutoff and eval year."""
     import pandas as pd
 
-    frame = pd.DataFrame(rows)
-    keys = ["model", "family", "cutoff", "eval"]
-    out = frame.groupby(keys, sort=False).agg(
+    return pd.DataFrame(rows).groupby(["model", "family", "cutoff", "eval"], sort=False).agg(
         seeds=("seed", "count"), n_images=("n_images", "first"), block=("block", "first"),
         top5_share=("top5_share", "mean"), top5_share_std=("top5_share", "std"),
         entropy=("entropy", "mean"), entropy_std=("entropy", "std"),
         top5_share_img=("top5_share_img", "mean"), entropy_img=("entropy_img", "mean")).reset_index()
-    return out
 
 
 def draw_grid(cells: Mapping[tuple[str, str], np.ndarray], image: np.ndarray, models: list[str],
               cutoffs: list[str], eval_year: str, path: Path) -> Path:
     """Models as rows, the evaluation year's mean image then one column per cutoff."""
-    from driftmatrix.reporting.figures import _plt
+    from driftmatrix.reporting.figures import _plt, save
 
     plt = _plt()
     fig, axes = plt.subplots(len(models), len(cutoffs) + 1, squeeze=False,
@@ -198,14 +177,10 @@ def draw_grid(cells: Mapping[tuple[str, str], np.ndarray], image: np.ndarray, mo
         if r == 0:
             axes[r, 0].set_title(f"mean image {eval_year}", fontsize=9)
     for ax in axes.ravel():
-        ax.set_xticks([])
-        ax.set_yticks([])
+        ax.set(xticks=[], yticks=[])
     fig.suptitle(f"Gradient saliency, evaluated on {eval_year}", fontsize=10)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save(fig, path, dpi=110)
 
 
 def run(params: Params, slices_dir: str | Path = "outputs/slices",
@@ -213,13 +188,6 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
         log_mlflow: bool = True, features_dir: str | Path = "outputs/features") -> dict[str, Any]:
     """Compute every configured cell, write arrays, tables and figures; log to the checkpoints' runs."""
     import pandas as pd
-
-    from driftmatrix.units.environment import recorded_environment
-    from driftmatrix.units.experiment import Experiment
-
-    from dataclasses import replace
-
-    from driftmatrix.data.slicing import read_manifest
 
     cfg = saliency_config(params)
     out = Path(out_dir)
@@ -246,7 +214,7 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     for model in models:
         exp = Experiment(params, model, slices_dir, features_dir,
                          recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True))
-        run_ids = _live_runs(params, exp.dataset, model) if log_mlflow else {}
+        run_ids = tracking.live_runs(tracking.configure(params.tracking), exp.dataset, model) if log_mlflow else {}
         pixels = pixel_inputs(exp, slices_dir)
         forward = forward_builder(exp)
         for cutoff in (c for m, c in cfg.pairs if m == model):
@@ -262,8 +230,9 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
                 npz.parent.mkdir(parents=True, exist_ok=True)
                 np.savez_compressed(npz, maps=maps, mean=maps.mean(axis=0), seeds=np.array(seeds),
                                     image=image, rows=rows)
-                table += concentration_rows(model, exp.spec.family, cutoff, eval_year, seeds, maps, img_scores,
-                                            len(rows), cfg.block)
+                table += [{"model": model, "family": exp.spec.family, "cutoff": cutoff, "eval": eval_year, "seed": s,
+                           "n_images": len(rows), "block": cfg.block, **conc.scores(m, cfg.block), **extra}
+                          for s, m, extra in zip(seeds, maps, img_scores)]  # per seed: mean map, mean per image
                 grids[eval_year][(model, cutoff)] = maps.mean(axis=0)
                 images.setdefault(eval_year, image)
                 logged += [(run_id, cutoff, eval_year, npz) for _, _, run_id in checkpoints if run_id]
@@ -282,12 +251,6 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     return result
 
 
-def _live_runs(params: Params, dataset: str, model: str) -> dict[str, str]:
-    from driftmatrix.tracking import runs as tracking
-
-    return tracking.live_runs(tracking.configure(params.tracking), dataset, model)
-
-
 def _log_runs(params: Params, logged, table, figures) -> None:
     """Metrics and artifacts on each checkpoint's MLflow run through the client API: the finished
     runs are not re-opened, so their recorded training times stay as they were."""
@@ -296,8 +259,6 @@ def _log_runs(params: Params, logged, table, figures) -> None:
     import mlflow
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
-
-    from driftmatrix.tracking import runs as tracking
 
     tracking.configure(params.tracking)
     client, now = MlflowClient(), int(time.time() * 1000)

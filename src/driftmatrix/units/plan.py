@@ -123,7 +123,7 @@ def slice_hashes(manifest: Mapping[str, Any], where: str = "outputs/slices/manif
 def planned_unit(params: Params, model: str, cutoff: str, seed: int | None = None,
                  slices_dir: str | Path = "outputs/slices", checkpoints_dir: str | Path = "outputs/checkpoints") -> Unit:
     """The current plan's unit of ``model`` up to ``cutoff`` with ``seed`` (default: the lowest)."""
-    from driftmatrix.data.slicing import read_manifest
+    from driftmatrix.data.table import read_manifest
 
     plan = model_plan(params, model, read_manifest(slices_dir), recorded_environment(params, model, checkpoints_dir))
     seed = min(plan.seeds) if seed is None else seed

@@ -77,7 +77,7 @@ def read_status(params: Params, slices_dir: str | Path, checkpoints_dir: str | P
                 scores_dir: str | Path) -> list[ModelStatus]:
     """The status of every configured model from the slices manifest and the files on disk."""
     from driftmatrix.units.store import ScoreStore
-    from driftmatrix.data.slicing import read_manifest
+    from driftmatrix.data.table import read_manifest
     from driftmatrix.units.store import CheckpointStore
     from driftmatrix.units.environment import recorded_environment
     from driftmatrix.units.plan import model_plan
