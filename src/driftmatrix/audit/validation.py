@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from driftmatrix.audit.slices import Slices, allowed_values, axis_names, counts_by_slice, label_counts, label_levels
-from driftmatrix.config import ConfigError
+from driftmatrix.config import ConfigError, build
 
 CHECKS = ("columns", "types", "not_null", "label_set", "split_set", "min_rows", "timestamp_in_period",
           "unique_id", "id_in_one_slice", "classes_present", "classes_in_slice", "class_share", "share_vs_history",
@@ -47,40 +47,47 @@ class ValidationConfig:
 
     @classmethod
     def from_params(cls, raw: Mapping[str, Any] | None) -> "ValidationConfig":
-        raw = dict(raw or {})
         where = "params.yaml: validation"
-        known = {"min_rows", "class_share", "relative", "split_tolerance", "critical", "override", "label_values",
-                 "features"}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
-        share = dict(raw.get("class_share") or {})
-        relative = dict(raw.get("relative") or {})
-        critical = raw.get("critical", list(DEFAULT_CRITICAL))
-        critical = list(CHECKS) if critical == "all" else list(critical or [])
+        sec = build(_Section, raw, where)
+        feats = build(_FeatureLimits, sec.features, f"{where}.features")
+        critical = list(CHECKS) if sec.critical == "all" else list(sec.critical or [])
         bad = sorted(set(critical) - set(CHECKS))
         if bad:
             raise ConfigError(f"{where}.critical: unknown check(s) {bad}; expected some of {list(CHECKS)}")
-        override = raw.get("override", False)
-        if override is False or override is None:
-            override = []
+        override = [] if sec.override is False or sec.override is None else sec.override
         if not isinstance(override, (list, tuple)) or not all(isinstance(o, str) and ":" in o for o in override):
             raise ConfigError(f"{where}.override: expected false or a list of \"<slice>:<check>\" strings")
-        values = raw.get("label_values")
-        feats = dict(raw.get("features") or {})
-        bad = sorted(set(feats) - {"max_missing", "max_unseen"})
-        if bad:
-            raise ConfigError(f"{where}.features: unknown key(s) {bad}; expected some of ['max_missing', 'max_unseen']")
-        return cls(max_missing=float(feats.get("max_missing", cls.max_missing)),
-                   max_unseen=float(feats.get("max_unseen", cls.max_unseen)),min_rows=int(raw.get("min_rows", cls.min_rows)),
-                   share_min=float(share.get("min", cls.share_min)), share_max=float(share.get("max", cls.share_max)),
-                   max_change=None if relative.get("max_change", cls.max_change) is None else float(relative.get("max_change", cls.max_change)),
-                   split_tolerance=float(raw.get("split_tolerance", cls.split_tolerance)),
-                   critical=tuple(critical), override=tuple(override),
-                   label_values=tuple(values) if values else None)
+        share, relative = dict(sec.class_share or {}), dict(sec.relative or {})
+        max_change = relative.get("max_change", cls.max_change)
+        return cls(min_rows=sec.min_rows, share_min=float(share.get("min", cls.share_min)),
+                   share_max=float(share.get("max", cls.share_max)),
+                   max_change=None if max_change is None else float(max_change),
+                   split_tolerance=sec.split_tolerance, critical=tuple(critical), override=tuple(override),
+                   label_values=tuple(sec.label_values) if sec.label_values else None,
+                   max_missing=feats.max_missing, max_unseen=feats.max_unseen)
 
     def is_critical(self, key: str) -> bool:
         return key.split(":", 1)[0] in self.critical
+
+
+@dataclass(frozen=True)
+class _Section:
+    """``validation:`` as written in ``params.yaml`` (checked by :func:`config.build`)."""
+
+    min_rows: int = ValidationConfig.min_rows
+    class_share: Mapping[str, Any] | None = None  # {min, max}
+    relative: Mapping[str, Any] | None = None  # {max_change}
+    split_tolerance: float = ValidationConfig.split_tolerance
+    critical: Any = DEFAULT_CRITICAL  # a list of CHECKS, or "all"
+    override: Any = False
+    label_values: Any = None
+    features: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _FeatureLimits:
+    max_missing: float = ValidationConfig.max_missing
+    max_unseen: float = ValidationConfig.max_unseen
 
 
 # --- pure helpers (pandas) ------------------------------------------------------------------
