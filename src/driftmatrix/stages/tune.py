@@ -8,7 +8,7 @@ the driver alone tells the study and logs runs, in trial order, so the study is 
 executor. The best settings become ``presets/tuned/<dataset>-<model>.yaml``.
 
 They apply to every cutoff, including those before the tuning cutoff (one configuration per model
-keeps the rows comparable); :func:`caveat` says so in the preset and the report."""
+keeps the rows comparable); :func:`caveat` says so in the preset."""
 
 from __future__ import annotations
 
@@ -443,21 +443,6 @@ def caveat(model: str, cutoff: str, labels: Sequence[str] | None = None) -> str:
             f"every cutoff, including those before {cutoff}{before}. Those rows train with settings chosen on "
             f"data from after their own cutoff, a look-ahead that can flatter them; rows from {cutoff} on are "
             f"strictly out of time.")
-
-
-def tuned_caveats(params: Params, labels: Sequence[str] | None = None) -> dict[str, str]:
-    """``{model: caveat}`` for every configured model that ``params.yaml: tuned`` marks as tuned."""
-    tuned = params.extra.get("tuned") or {}
-    if not isinstance(tuned, Mapping):
-        raise ConfigError("params.yaml: tuned must map model names to {cutoff: <label>, ...}")
-    out = {}
-    for model, info in tuned.items():
-        if model not in params.models:
-            continue
-        if not isinstance(info, Mapping) or "cutoff" not in info:
-            raise ConfigError(f"params.yaml: tuned.{model} needs the tuning cutoff: {{cutoff: <label>}}")
-        out[model] = caveat(model, str(info["cutoff"]), labels)
-    return out
 
 
 def _mlflow_setup(params: Params, study: str) -> str:
