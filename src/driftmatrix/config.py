@@ -207,23 +207,23 @@ def _typed(value: Any, kind: str, where: str) -> Any:
     return tuple(value) if isinstance(value, list) else value  # Any: checked where it is read
 
 
+#: The sections typed as fields of :class:`Params`; the others stay raw in ``Params.extra``.
+SECTIONS = {"dataset": DatasetConfig, "synthetic": SyntheticConfig, "slicing": SlicingConfig, "train": TrainConfig,
+            "tracking": TrackingConfig}
+#: Sections of ``Params.extra`` that :func:`parse_params` checks early.
+EXTRA_SECTIONS = {"estimate": EstimateConfig, "policy": PolicyConfig, "evaluation": EvaluationConfig}
+
+
 def to_raw(params: "Params") -> dict[str, Any]:
     """The ``params.yaml`` mapping that :func:`parse_params` turns back into ``params``."""
-    raw = {name: _asdict(getattr(params, name)) for name in ("dataset", "synthetic", "slicing", "train", "tracking")}
+    raw = {name: _asdict(getattr(params, name)) for name in SECTIONS}
     return json.loads(json.dumps({**raw, "models": dict(params.models), **dict(params.extra)}, default=list))
 
 
 def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     """Typed params from an already-parsed YAML mapping."""
     raw = dict(raw or {})
-    sections = {
-        "dataset": DatasetConfig,
-        "synthetic": SyntheticConfig,
-        "slicing": SlicingConfig,
-        "train": TrainConfig,
-        "tracking": TrackingConfig,
-    }
-    built = {name: build(cls, raw.get(name), f"{source}: {name}") for name, cls in sections.items()}
+    built = {name: build(cls, raw.get(name), f"{source}: {name}") for name, cls in SECTIONS.items()}
     if built["tracking"].register and not built["tracking"].log_models:
         raise ConfigError(f"{source}: tracking.register: true needs tracking.log_models: true "
                           "(a registry version is the run's logged model)")
@@ -247,14 +247,12 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
             problem = model_problem(name, custom.options_of(entry), built["dataset"].task, f"{source}: models.{name}")
             if problem:
                 raise ConfigError(problem)
-    extra = {k: v for k, v in raw.items() if k not in sections and k != "models"}
+    extra = {k: v for k, v in raw.items() if k not in SECTIONS and k != "models"}
     params = Params(models=models, extra=extra, **built)
     for name in models:  # validate every override early, with the model named
         params.train_for(name)
-    build(EstimateConfig, extra.get("estimate"), f"{source}: estimate")
-    build(PolicyConfig, extra.get("policy"), f"{source}: policy")
-
-    metric = build(EvaluationConfig, extra.get("evaluation"), f"{source}: evaluation").metric
+    checked = {name: build(cls, extra.get(name), f"{source}: {name}") for name, cls in EXTRA_SECTIONS.items()}
+    metric = checked["evaluation"].metric
     try:
         metric_for(built["dataset"].task, metric)
     except ValueError as exc:
@@ -319,8 +317,6 @@ def effective_config(params: Params, model: str) -> TrainConfig:
     ``precision`` and ``device`` stay as asked (``auto`` included): the train stage resolves them
     once into the model's :class:`~driftmatrix.units.environment.Environment`."""
     from driftmatrix.models.catalog import get
-
-
     from driftmatrix.models.spec import training_overrides
 
     spec = get(model)
@@ -342,13 +338,11 @@ def model_options(params: Params, model: str) -> dict[str, Any]:
     return options_of(params.models.get(model))
 
 
+# --- runtime: ---------------------------------------------------------------------------------
 EXECUTORS = ("local", "ray")
-
-
 _WHERE = "params.yaml: runtime"
 
 
-# --- configuration ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Resources:
     """What one unit asks Ray for. ``num_gpus`` below 1 shares a GPU; above 1 it must be whole."""
@@ -415,8 +409,7 @@ def parse_runtime(raw: Mapping[str, Any] | None, models: Iterable[str] | None = 
                 raise ConfigError(f"{where}.{key}: unknown key; expected num_cpus or num_gpus")
         res = build(Resources, {"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus, **value}, where)
         resolved[str(name)] = _check_resources(res, where)
-    return RuntimeConfig(executor=cfg.executor, workers=cfg.workers, address=cfg.address, num_cpus=cfg.num_cpus,
-                         num_gpus=cfg.num_gpus, max_retries=cfg.max_retries, overrides=resolved)
+    return replace(cfg, overrides=resolved)
 
 
 def runtime_config(params) -> RuntimeConfig:
