@@ -289,33 +289,9 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-__all__ = [
-    "ConfigError",
-    "DatasetConfig",
-    "SyntheticConfig",
-    "SlicingConfig",
-    "TrainConfig",
-    "TrackingConfig",
-    "EstimateConfig",
-    "estimate_config",
-    "PolicyConfig",
-    "policy_config",
-    "EvaluationConfig",
-    "evaluation_metric",
-    "Params",
-    "build",
-    "parse_params",
-    "load_params",
-    "fingerprint",
-    "replace",
-]
-
-
 def effective_config(params: Params, model: str) -> TrainConfig:
-    """``train`` < the model spec's own defaults (e.g. lr 1e-4 for frozen heads) < ``models.<name>``.
-
-    ``precision`` and ``device`` stay as asked (``auto`` included): the train stage resolves them
-    once into the model's :class:`~driftmatrix.units.environment.Environment`."""
+    """``train`` < the model spec's own defaults (e.g. lr 1e-4 for frozen heads) < ``models.<name>``;
+    ``precision`` and ``device`` stay as asked (``units.environment`` resolves them)."""
     from driftmatrix.models.catalog import get
     from driftmatrix.models.spec import training_overrides
 
@@ -368,10 +344,8 @@ class RuntimeConfig:
 
 
 def parse_runtime(raw: Mapping[str, Any] | None, models: Iterable[str] | None = None) -> RuntimeConfig:
-    """``RuntimeConfig`` from the ``runtime:`` mapping; every bad key is named ``params.yaml: runtime.<key>``.
-
-    ``models``, when given, are the experiment's models: an override for any other name is an error.
-    """
+    """``RuntimeConfig`` from the ``runtime:`` mapping, errors naming ``params.yaml: runtime.<key>``;
+    ``models``, when given, are the only names ``overrides`` may hold."""
     if raw is None:
         return RuntimeConfig()
     if not isinstance(raw, Mapping):
