@@ -307,8 +307,7 @@ def effective_config(params: Params, model: str) -> TrainConfig:
 
 
 def model_options(params: Params, model: str) -> dict[str, Any]:
-    """The estimator options of ``models.<model>`` (``models.custom.OPTIONS``: estimator, params,
-    encoding, trusted); empty for the torch models."""
+    """The estimator options of ``models.<model>`` (``models.custom.OPTIONS``); empty for the torch models."""
     from driftmatrix.models.spec import options_of
 
     return options_of(params.models.get(model))
@@ -323,18 +322,18 @@ _WHERE = "params.yaml: runtime"
 class Resources:
     """What one unit asks Ray for. ``num_gpus`` below 1 shares a GPU; above 1 it must be whole."""
 
-    num_cpus: float = 1
-    num_gpus: float = 0
+    num_cpus: float = field(default=1, metadata=NON_NEGATIVE)
+    num_gpus: float = field(default=0, metadata=NON_NEGATIVE)
 
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    executor: str = "local"
+    executor: str = field(default="local", metadata=_one_of(*EXECUTORS))
     workers: int | str = 1
     address: str | None = None
-    num_cpus: float = 1
-    num_gpus: float = 0
-    max_retries: int = 3
+    num_cpus: float = field(default=1, metadata=NON_NEGATIVE)
+    num_gpus: float = field(default=0, metadata=NON_NEGATIVE)
+    max_retries: int = field(default=3, metadata=_bound(lambda v: v >= -1, "an integer >= 0 (-1: retry forever)"))
     overrides: Mapping[str, Resources] = field(default_factory=dict)
 
     def resources_for(self, model: str | None) -> Resources:
@@ -351,25 +350,16 @@ def parse_runtime(raw: Mapping[str, Any] | None, models: Iterable[str] | None = 
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{_WHERE}: expected a mapping, got {type(raw).__name__}")
     raw = dict(raw)
-    known = {f for f in RuntimeConfig.__dataclass_fields__}
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"{_WHERE}.{key}: unknown key; expected some of {sorted(known)}")
     over = raw.pop("overrides", None) or {}
     if not isinstance(over, Mapping):
         raise ConfigError(f"{_WHERE}.overrides: expected a mapping of model -> {{num_cpus, num_gpus}}")
-    cfg = build(RuntimeConfig, raw, _WHERE)
-    if cfg.executor not in EXECUTORS:
-        raise ConfigError(f"{_WHERE}.executor: {cfg.executor!r} is not one of {list(EXECUTORS)}")
+    cfg = build(RuntimeConfig, raw, _WHERE)  # unknown keys, types and bounds
     if cfg.workers != "auto" and (not isinstance(cfg.workers, int) or isinstance(cfg.workers, bool)
                                   or cfg.workers < 1):
         raise ConfigError(f"{_WHERE}.workers: expected auto or a whole number >= 1, got {cfg.workers!r}")
-    if cfg.address is not None and (not isinstance(cfg.address, str) or not cfg.address.strip()):
+    if cfg.address is not None and not cfg.address.strip():
         raise ConfigError(f"{_WHERE}.address: expected null, auto, ray://host:port or host:port, got {cfg.address!r}")
-    if not isinstance(cfg.max_retries, int) or isinstance(cfg.max_retries, bool) or cfg.max_retries < -1:
-        raise ConfigError(f"{_WHERE}.max_retries: expected an integer >= 0 (-1: retry forever), "
-                          f"got {cfg.max_retries!r}")
-    _check_resources(Resources(cfg.num_cpus, cfg.num_gpus), _WHERE)
+    _whole_gpus(Resources(cfg.num_cpus, cfg.num_gpus), _WHERE)
     models = set(models) if models is not None else None
     resolved = {}
     for name, value in over.items():
@@ -378,11 +368,8 @@ def parse_runtime(raw: Mapping[str, Any] | None, models: Iterable[str] | None = 
             raise ConfigError(f"{where}: {name!r} is not a model of this experiment ({sorted(models)})")
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping with num_cpus and/or num_gpus")
-        for key in value:
-            if key not in Resources.__dataclass_fields__:
-                raise ConfigError(f"{where}.{key}: unknown key; expected num_cpus or num_gpus")
         res = build(Resources, {"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus, **value}, where)
-        resolved[str(name)] = _check_resources(res, where)
+        resolved[str(name)] = _whole_gpus(res, where)
     return replace(cfg, overrides=resolved)
 
 
@@ -396,11 +383,7 @@ def unit_threads(res: Resources) -> int:
     return max(1, math.floor(res.num_cpus))
 
 
-def _check_resources(res: Resources, where: str) -> Resources:
-    for key in ("num_cpus", "num_gpus"):
-        value = getattr(res, key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ConfigError(f"{where}.{key}: expected a number >= 0, got {value!r}")
+def _whole_gpus(res: Resources, where: str) -> Resources:
     if res.num_gpus > 1 and res.num_gpus != int(res.num_gpus):
         raise ConfigError(f"{where}.num_gpus: above 1 it must be a whole number of GPUs, got {res.num_gpus}")
     return res
