@@ -1,9 +1,8 @@
 """Great Expectations suites per slice: one ephemeral context per run, no project folder.
 
-Three batches per slice: ``rows`` (the slice's rows), ``schema`` (one row per required column with
-its dtype kind: GX's type expectations do not know pandas 3 dtypes) and ``classes`` (each class's
-share in the slice, its history and its splits, computed in pandas and range-checked by GX). Every
-expectation carries ``meta = {"key", "bound"[, "observed"]}`` for :func:`records` (docs/audit.md)."""
+Batches per slice (:attr:`GXRunner.FRAMES`): its rows, then frames computed in pandas and range-checked
+by GX: ``schema`` (dtype kind per column: GX's type expectations do not know pandas 3 dtypes), ``classes``
+and ``features``. Each expectation's ``meta`` holds what :func:`record` reports (docs/audit.md)."""
 
 from __future__ import annotations
 
@@ -71,9 +70,7 @@ class ValidationConfig:
 
 
 @dataclass(frozen=True)
-class _Section:
-    """``validation:`` as written in ``params.yaml`` (checked by :func:`config.build`)."""
-
+class _Section:  # validation: as written in params.yaml, for config.build
     min_rows: int = ValidationConfig.min_rows
     class_share: Mapping[str, Any] | None = None  # {min, max}
     relative: Mapping[str, Any] | None = None  # {max_change}
@@ -95,16 +92,12 @@ def dtype_kind(series: pd.Series) -> str:
     dt = series.dtype
     if isinstance(dt, pd.DatetimeTZDtype):
         return "datetime[UTC]" if str(dt.tz) == "UTC" else f"datetime[{dt.tz}]"
-    if pd.api.types.is_datetime64_dtype(dt):
-        return "datetime[naive]"
-    if pd.api.types.is_bool_dtype(dt):
-        return "bool"
-    if pd.api.types.is_integer_dtype(dt):
-        return "integer"
-    if pd.api.types.is_float_dtype(dt):
-        return "float"
-    if pd.api.types.is_string_dtype(dt):
-        return "string"
+    types = pd.api.types
+    for test, kind in ((types.is_datetime64_dtype, "datetime[naive]"), (types.is_bool_dtype, "bool"),
+                       (types.is_integer_dtype, "integer"), (types.is_float_dtype, "float"),
+                       (types.is_string_dtype, "string")):
+        if test(dt):
+            return kind
     return str(dt)
 
 
@@ -245,9 +238,8 @@ def rows_expectations(gx: Any, slices: Slices, spec: Mapping[str, Any], cfg: Val
                       levels: Sequence[Any]) -> list:
     meta = slices.meta
     kinds = expected_kinds(slices)
-    start, end = pd.Timestamp(spec["start"]), pd.Timestamp(spec["end"])
-    start = start.tz_localize("UTC") if start.tzinfo is None else start.tz_convert("UTC")
-    end = end.tz_localize("UTC") if end.tzinfo is None else end.tz_convert("UTC")
+    start, end = (t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
+                  for t in (pd.Timestamp(spec["start"]), pd.Timestamp(spec["end"])))
     out = [_expect(gx, "ExpectTableColumnsToMatchSet", "columns", f"includes {sorted(kinds)}",
                    column_set=sorted(kinds), exact_match=False),
            _expect(gx, "ExpectTableRowCountToBeBetween", "min_rows", f">= {cfg.min_rows}", min_value=cfg.min_rows),
@@ -262,15 +254,11 @@ def rows_expectations(gx: Any, slices: Slices, spec: Mapping[str, Any], cfg: Val
     for col in kinds:
         if col not in optional:
             out.append(_expect(gx, "ExpectColumnValuesToNotBeNull", f"not_null:{col}", "no nulls", column=col))
-    value_set = [_plain(v) for v in allowed_values(meta, levels)]
+    value_set = [v.item() if hasattr(v, "item") else v for v in allowed_values(meta, levels)]  # numpy -> plain
     for col in meta.label_columns:
         out.append(_expect(gx, "ExpectColumnValuesToBeInSet", f"label_set:{col}", f"in {value_set}",
                            column=col, value_set=value_set))
     return out
-
-
-def _plain(v: Any) -> Any:
-    return v.item() if hasattr(v, "item") else v
 
 
 def schema_expectations(gx: Any, schema: pd.DataFrame) -> list:
