@@ -1,13 +1,12 @@
-"""Command line: one thin command per pipeline stage (each delegates to its stage module).
-
-Heavy imports happen inside the commands so that ``driftmatrix --help`` starts instantly.
-"""
+"""Command line: one thin command per pipeline stage; heavy imports inside them (an instant ``--help``)."""
 
 from __future__ import annotations
 
 import gc
+import json
 import logging
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -99,8 +98,6 @@ def ingest(params: Path = PARAMS_OPT, strict: bool = typer.Option(False, help="A
                                              "repeatable; overrides params.yaml dataset.options."),
            path: Optional[Path] = typer.Option(None, help="Raw input (default: dataset.path).")) -> None:
     """Read the configured raw dataset into the normalised table."""
-    from dataclasses import replace
-
     from driftmatrix.stages import ingest as stage
 
     p = load_params(params)
@@ -331,8 +328,6 @@ def plan(params: list[Path] = typer.Option([Path("params.yaml")], "--params", "-
          periods: Optional[int] = typer.Option(None, help="Number of slices (overrides the manifest)."),
          rows: Optional[int] = typer.Option(None, help="Dataset rows (with --periods or the paper's K).")) -> None:
     """Simulate the Ray schedule of a study on N GPUs: makespan, utilisation, cost (see scaleplan.py)."""
-    import json
-
     from driftmatrix.runtime import scaleplan
 
     if scale not in ("gpu", "cpu"):
@@ -395,8 +390,6 @@ def _cohort(path: Path):
 def summarize(path: Path = MATRICES_ARG,
               fmt: str = typer.Option("json", "--format", "-f", help="json | csv")) -> None:
     """One record per model: family, in-distribution, future, decay, TD score, backward."""
-    import json
-
     from driftmatrix.reporting import text
 
     records = text.summary_records(_cohort(path))
@@ -440,8 +433,6 @@ def policy(path: Path = MATRICES_ARG,
     """Replay retraining policies (never, periodic, estimate-, cumulative-, label- and drift-triggered,
     hindsight oracle) on each model's matrices and recommend a (model, policy) for the price of a
     retrain; estimates and audit beside the matrices feed the triggers that need them."""
-    from dataclasses import replace
-
     from driftmatrix.reporting import text
     from driftmatrix.stages import policy as stage
 

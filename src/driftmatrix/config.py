@@ -1,8 +1,4 @@
-"""Typed, frozen views of ``params.yaml``.
-
-Every stage reads its section through :func:`load_params`; unknown keys are an error so that a
-typo in ``params.yaml`` never silently falls back to a default.
-"""
+"""Typed, frozen views of ``params.yaml``: unknown keys are errors (a typo never falls back to a default)."""
 
 from __future__ import annotations
 
