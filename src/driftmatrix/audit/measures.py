@@ -36,7 +36,7 @@ class AuditConfig:
 
 @dataclass
 class Measure:
-    """One K x K matrix; ``drift`` says how to read it as 'more = more drift'."""
+    """One K x K matrix; ``higher_is_more_drift`` says how to read it as 'more = more drift'."""
 
     name: str
     title: str
@@ -45,10 +45,6 @@ class Measure:
     pvalues: np.ndarray | None = None
     higher_is_more_drift: bool = True
     info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def drift(self) -> np.ndarray:
-        return self.values if self.higher_is_more_drift else 1.0 - self.values
 
 
 def label_measures(counts: np.ndarray, cfg: AuditConfig) -> list[Measure]:
