@@ -59,8 +59,7 @@ def data_generate(params: Path = PARAMS_OPT,
 
 
 def refuse_foreign_table(dataset, target: Path) -> None:
-    """For ``source: table`` the built-in generator writes only its own customer table: a table of
-    the user's that is not there yet is a one-line error, not a folder of generated data."""
+    """For ``source: table``, a table of the user's not there yet is an error, not generated data."""
     from driftmatrix.data.synthetic_table import COLUMNS
 
     options = dict(dataset.options or {})
