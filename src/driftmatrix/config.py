@@ -248,9 +248,8 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     for name in models:  # validate every override early, with the model named
         params.train_for(name)
     checked = {name: build(cls, extra.get(name), f"{source}: {name}") for name, cls in EXTRA_SECTIONS.items()}
-    metric = checked["evaluation"].metric
     try:
-        metric_for(built["dataset"].task, metric)
+        metric_for(built["dataset"].task, checked["evaluation"].metric)
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc} (dataset.task)") from None
     return params

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -473,8 +474,6 @@ def _log_trial(exp_id: str, run_name: str, tags: Mapping[str, str], logged: Mapp
 
 def _preset_header(name, url, best, n_complete, metric_name, cfg: TuneConfig, train_slices, val_slices,
                    model: str, labels: Sequence[str] | None = None) -> str:
-    import textwrap
-
     from driftmatrix.tracking.server import redact
 
     return (f"Tuned by `driftmatrix tune`: study {name} ({redact(url)}), best of {n_complete} complete trials:\n"

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import math
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -119,9 +121,6 @@ def model_description(spec, dataset: str, config: Mapping[str, Any] | None, matr
 
 def _config_of(client, version) -> dict[str, Any] | None:
     """The pyfunc config of a version's MLmodel (None when absent or unreadable)."""
-    import tempfile
-    from pathlib import Path
-
     import yaml
 
     try:

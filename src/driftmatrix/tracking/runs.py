@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import subprocess
 import threading
@@ -25,6 +26,7 @@ import time
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
+from urllib.parse import urlparse
 
 from driftmatrix.config import TrackingConfig
 
@@ -115,8 +117,6 @@ def seed_sqlite_store(uri: str) -> None:
         return
     template = schema_template()
     if template is not None:
-        import shutil
-
         tmp = db.with_name(f"{db.name}.{os.getpid()}.tmp")
         shutil.copyfile(template, tmp)
         try:
@@ -449,8 +449,6 @@ def _model_format() -> str:
 
 def lock_folder(uri: str) -> Path | None:
     """The folder holding a local store (sqlite or file store); None for servers and remote databases."""
-    from urllib.parse import urlparse
-
     if uri.startswith("sqlite:///"):
         store = Path(uri.removeprefix("sqlite:///"))
     elif uri.startswith("file:"):
