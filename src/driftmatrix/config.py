@@ -338,7 +338,7 @@ class RuntimeConfig:
 
 
 def parse_runtime(raw: Mapping[str, Any] | None, models: Iterable[str] | None = None) -> RuntimeConfig:
-    """``RuntimeConfig`` from the ``runtime:`` mapping, errors naming ``params.yaml: runtime.<key>``;
+    """``RuntimeConfig`` from the ``runtime:`` mapping (errors name the key under ``params.yaml: runtime``);
     ``models``, when given, are the only names ``overrides`` may hold."""
     if raw is None:
         return RuntimeConfig()
