@@ -184,33 +184,32 @@ def annotate(params: Params, cohort, matrices_run: str | None = None, recommende
                     client.update_registered_model(name, description=text)
                 if matrices_run and rm.tags.get("matrices_run") != matrices_run:
                     client.set_registered_model_tag(name, "matrices_run", matrices_run)
-    picks = recommend(client, dataset, cohort, registered, horizons, latest)
     if recommended is not None and cohort.families.get(recommended) == BASELINE_FAMILY:
         recommended = None  # the deployer is told in words; no alias points at the baseline
-    picks.update(point(client, dataset, registered, POLICY_ALIAS, recommended if recommended in latest else None,
-                       latest))
+    picks: dict[str, str] = {}
+    for alias, model in {**recommend(cohort, registered, horizons, latest),
+                         POLICY_ALIAS: recommended if recommended in latest else None}.items():
+        picks.update(point(client, dataset, registered, alias, model, latest))
     if touched or picks:
         log.info("registry: %d version tags written; %s", touched,
                  ", ".join(f"{a} -> {p}" for a, p in picks.items()) or "no advisor alias")
     return {"versions": touched, "aliases": picks}
 
 
-def recommend(client, dataset: str, cohort, registered: Mapping[str, Any], horizons: list[int],
-              latest: Mapping[str, Any]) -> dict[str, str]:
-    """Point ``recommended-h<H>`` at the advisor's pick's ``latest`` version, and at no other model."""
+def recommend(cohort, registered: Mapping[str, Any], horizons: list[int],
+              latest: Mapping[str, Any]) -> dict[str, str | None]:
+    """``recommended-h<H>`` -> the advisor's pick among ``registered`` for each H (None: no model)."""
     from driftmatrix.analysis import advisor
     from driftmatrix.models.catalog import BASELINE_FAMILY
 
     stacks = {m: st for m, st in cohort.stacks.items() if m in registered
               and cohort.families.get(m) != BASELINE_FAMILY}  # never the Prior baseline
-    out: dict[str, str] = {}
+    out: dict[str, str | None] = {}
     for h in horizons:
-        alias = f"{ALIAS_PREFIX}{int(h)}"
         ranked = [s for s in advisor.rank_for_horizon(stacks, h, cohort.higher_is_better) if math.isfinite(s.mean)] \
             if stacks else []
         # the leader, or the next one when the leader has no version to point at
-        out.update(point(client, dataset, registered, alias, next((p.model for p in ranked if p.model in latest), None),
-                         latest))
+        out[f"{ALIAS_PREFIX}{int(h)}"] = next((p.model for p in ranked if p.model in latest), None)
     return out
 
 
