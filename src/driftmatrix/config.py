@@ -1,8 +1,4 @@
-"""Typed, frozen views of ``params.yaml``.
-
-Every stage reads its section through :func:`load_params`; unknown keys are an error so that a
-typo in ``params.yaml`` never silently falls back to a default.
-"""
+"""Typed, frozen views of ``params.yaml``: unknown keys are errors (a typo never falls back to a default)."""
 
 from __future__ import annotations
 
@@ -207,23 +203,23 @@ def _typed(value: Any, kind: str, where: str) -> Any:
     return tuple(value) if isinstance(value, list) else value  # Any: checked where it is read
 
 
+#: The sections typed as fields of :class:`Params`; the others stay raw in ``Params.extra``.
+SECTIONS = {"dataset": DatasetConfig, "synthetic": SyntheticConfig, "slicing": SlicingConfig, "train": TrainConfig,
+            "tracking": TrackingConfig}
+#: Sections of ``Params.extra`` that :func:`parse_params` checks early.
+EXTRA_SECTIONS = {"estimate": EstimateConfig, "policy": PolicyConfig, "evaluation": EvaluationConfig}
+
+
 def to_raw(params: "Params") -> dict[str, Any]:
     """The ``params.yaml`` mapping that :func:`parse_params` turns back into ``params``."""
-    raw = {name: _asdict(getattr(params, name)) for name in ("dataset", "synthetic", "slicing", "train", "tracking")}
+    raw = {name: _asdict(getattr(params, name)) for name in SECTIONS}
     return json.loads(json.dumps({**raw, "models": dict(params.models), **dict(params.extra)}, default=list))
 
 
 def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     """Typed params from an already-parsed YAML mapping."""
     raw = dict(raw or {})
-    sections = {
-        "dataset": DatasetConfig,
-        "synthetic": SyntheticConfig,
-        "slicing": SlicingConfig,
-        "train": TrainConfig,
-        "tracking": TrackingConfig,
-    }
-    built = {name: build(cls, raw.get(name), f"{source}: {name}") for name, cls in sections.items()}
+    built = {name: build(cls, raw.get(name), f"{source}: {name}") for name, cls in SECTIONS.items()}
     if built["tracking"].register and not built["tracking"].log_models:
         raise ConfigError(f"{source}: tracking.register: true needs tracking.log_models: true "
                           "(a registry version is the run's logged model)")
@@ -247,16 +243,13 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
             problem = model_problem(name, custom.options_of(entry), built["dataset"].task, f"{source}: models.{name}")
             if problem:
                 raise ConfigError(problem)
-    extra = {k: v for k, v in raw.items() if k not in sections and k != "models"}
+    extra = {k: v for k, v in raw.items() if k not in SECTIONS and k != "models"}
     params = Params(models=models, extra=extra, **built)
     for name in models:  # validate every override early, with the model named
         params.train_for(name)
-    build(EstimateConfig, extra.get("estimate"), f"{source}: estimate")
-    build(PolicyConfig, extra.get("policy"), f"{source}: policy")
-
-    metric = build(EvaluationConfig, extra.get("evaluation"), f"{source}: evaluation").metric
+    checked = {name: build(cls, extra.get(name), f"{source}: {name}") for name, cls in EXTRA_SECTIONS.items()}
     try:
-        metric_for(built["dataset"].task, metric)
+        metric_for(built["dataset"].task, checked["evaluation"].metric)
     except ValueError as exc:
         raise ConfigError(f"{source}: {exc} (dataset.task)") from None
     return params
@@ -291,36 +284,10 @@ def fingerprint(*parts: Any) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
-__all__ = [
-    "ConfigError",
-    "DatasetConfig",
-    "SyntheticConfig",
-    "SlicingConfig",
-    "TrainConfig",
-    "TrackingConfig",
-    "EstimateConfig",
-    "estimate_config",
-    "PolicyConfig",
-    "policy_config",
-    "EvaluationConfig",
-    "evaluation_metric",
-    "Params",
-    "build",
-    "parse_params",
-    "load_params",
-    "fingerprint",
-    "replace",
-]
-
-
 def effective_config(params: Params, model: str) -> TrainConfig:
-    """``train`` < the model spec's own defaults (e.g. lr 1e-4 for frozen heads) < ``models.<name>``.
-
-    ``precision`` and ``device`` stay as asked (``auto`` included): the train stage resolves them
-    once into the model's :class:`~driftmatrix.units.environment.Environment`."""
+    """``train`` < the model spec's own defaults (e.g. lr 1e-4 for frozen heads) < ``models.<name>``;
+    ``precision`` and ``device`` stay as asked (``units.environment`` resolves them)."""
     from driftmatrix.models.catalog import get
-
-
     from driftmatrix.models.spec import training_overrides
 
     spec = get(model)
@@ -335,36 +302,33 @@ def effective_config(params: Params, model: str) -> TrainConfig:
 
 
 def model_options(params: Params, model: str) -> dict[str, Any]:
-    """The estimator options of ``models.<model>`` (``models.custom.OPTIONS``: estimator, params,
-    encoding, trusted); empty for the torch models."""
+    """The estimator options of ``models.<model>`` (``models.custom.OPTIONS``); empty for the torch models."""
     from driftmatrix.models.spec import options_of
 
     return options_of(params.models.get(model))
 
 
+# --- runtime: ---------------------------------------------------------------------------------
 EXECUTORS = ("local", "ray")
-
-
 _WHERE = "params.yaml: runtime"
 
 
-# --- configuration ---------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Resources:
     """What one unit asks Ray for. ``num_gpus`` below 1 shares a GPU; above 1 it must be whole."""
 
-    num_cpus: float = 1
-    num_gpus: float = 0
+    num_cpus: float = field(default=1, metadata=NON_NEGATIVE)
+    num_gpus: float = field(default=0, metadata=NON_NEGATIVE)
 
 
 @dataclass(frozen=True)
 class RuntimeConfig:
-    executor: str = "local"
+    executor: str = field(default="local", metadata=_one_of(*EXECUTORS))
     workers: int | str = 1
     address: str | None = None
-    num_cpus: float = 1
-    num_gpus: float = 0
-    max_retries: int = 3
+    num_cpus: float = field(default=1, metadata=NON_NEGATIVE)
+    num_gpus: float = field(default=0, metadata=NON_NEGATIVE)
+    max_retries: int = field(default=3, metadata=_bound(lambda v: v >= -1, "an integer >= 0 (-1: retry forever)"))
     overrides: Mapping[str, Resources] = field(default_factory=dict)
 
     def resources_for(self, model: str | None) -> Resources:
@@ -374,34 +338,23 @@ class RuntimeConfig:
 
 
 def parse_runtime(raw: Mapping[str, Any] | None, models: Iterable[str] | None = None) -> RuntimeConfig:
-    """``RuntimeConfig`` from the ``runtime:`` mapping; every bad key is named ``params.yaml: runtime.<key>``.
-
-    ``models``, when given, are the experiment's models: an override for any other name is an error.
-    """
+    """``RuntimeConfig`` from the ``runtime:`` mapping (errors name the key under ``params.yaml: runtime``);
+    ``models``, when given, are the only names ``overrides`` may hold."""
     if raw is None:
         return RuntimeConfig()
     if not isinstance(raw, Mapping):
         raise ConfigError(f"{_WHERE}: expected a mapping, got {type(raw).__name__}")
     raw = dict(raw)
-    known = {f for f in RuntimeConfig.__dataclass_fields__}
-    for key in raw:
-        if key not in known:
-            raise ConfigError(f"{_WHERE}.{key}: unknown key; expected some of {sorted(known)}")
     over = raw.pop("overrides", None) or {}
     if not isinstance(over, Mapping):
         raise ConfigError(f"{_WHERE}.overrides: expected a mapping of model -> {{num_cpus, num_gpus}}")
-    cfg = build(RuntimeConfig, raw, _WHERE)
-    if cfg.executor not in EXECUTORS:
-        raise ConfigError(f"{_WHERE}.executor: {cfg.executor!r} is not one of {list(EXECUTORS)}")
+    cfg = build(RuntimeConfig, raw, _WHERE)  # unknown keys, types and bounds
     if cfg.workers != "auto" and (not isinstance(cfg.workers, int) or isinstance(cfg.workers, bool)
                                   or cfg.workers < 1):
         raise ConfigError(f"{_WHERE}.workers: expected auto or a whole number >= 1, got {cfg.workers!r}")
-    if cfg.address is not None and (not isinstance(cfg.address, str) or not cfg.address.strip()):
+    if cfg.address is not None and not cfg.address.strip():
         raise ConfigError(f"{_WHERE}.address: expected null, auto, ray://host:port or host:port, got {cfg.address!r}")
-    if not isinstance(cfg.max_retries, int) or isinstance(cfg.max_retries, bool) or cfg.max_retries < -1:
-        raise ConfigError(f"{_WHERE}.max_retries: expected an integer >= 0 (-1: retry forever), "
-                          f"got {cfg.max_retries!r}")
-    _check_resources(Resources(cfg.num_cpus, cfg.num_gpus), _WHERE)
+    _whole_gpus(Resources(cfg.num_cpus, cfg.num_gpus), _WHERE)
     models = set(models) if models is not None else None
     resolved = {}
     for name, value in over.items():
@@ -410,13 +363,9 @@ def parse_runtime(raw: Mapping[str, Any] | None, models: Iterable[str] | None = 
             raise ConfigError(f"{where}: {name!r} is not a model of this experiment ({sorted(models)})")
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping with num_cpus and/or num_gpus")
-        for key in value:
-            if key not in Resources.__dataclass_fields__:
-                raise ConfigError(f"{where}.{key}: unknown key; expected num_cpus or num_gpus")
         res = build(Resources, {"num_cpus": cfg.num_cpus, "num_gpus": cfg.num_gpus, **value}, where)
-        resolved[str(name)] = _check_resources(res, where)
-    return RuntimeConfig(executor=cfg.executor, workers=cfg.workers, address=cfg.address, num_cpus=cfg.num_cpus,
-                         num_gpus=cfg.num_gpus, max_retries=cfg.max_retries, overrides=resolved)
+        resolved[str(name)] = _whole_gpus(res, where)
+    return replace(cfg, overrides=resolved)
 
 
 def runtime_config(params) -> RuntimeConfig:
@@ -429,11 +378,7 @@ def unit_threads(res: Resources) -> int:
     return max(1, math.floor(res.num_cpus))
 
 
-def _check_resources(res: Resources, where: str) -> Resources:
-    for key in ("num_cpus", "num_gpus"):
-        value = getattr(res, key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise ConfigError(f"{where}.{key}: expected a number >= 0, got {value!r}")
+def _whole_gpus(res: Resources, where: str) -> Resources:
     if res.num_gpus > 1 and res.num_gpus != int(res.num_gpus):
         raise ConfigError(f"{where}.num_gpus: above 1 it must be a whole number of GPUs, got {res.num_gpus}")
     return res

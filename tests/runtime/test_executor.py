@@ -114,7 +114,7 @@ def test_runtime_overrides_per_model():
 
 
 @pytest.mark.parametrize("raw, where", [
-    ({"exector": "ray"}, "params.yaml: runtime.exector"),
+    ({"exector": "ray"}, r"params.yaml: runtime: unknown key\(s\) \['exector'\]"),
     ({"executor": "dask"}, "params.yaml: runtime.executor"),
     ({"num_gpus": -1}, "params.yaml: runtime.num_gpus"),
     ({"num_gpus": 1.5}, "params.yaml: runtime.num_gpus"),
@@ -124,7 +124,7 @@ def test_runtime_overrides_per_model():
     ({"workers": 0}, "params.yaml: runtime.workers"),
     ({"workers": "all"}, "params.yaml: runtime.workers"),
     ({"workers": True}, "params.yaml: runtime.workers"),
-    ({"overrides": {"MLP-S": {"gpus": 1}}}, "params.yaml: runtime.overrides.MLP-S.gpus"),
+    ({"overrides": {"MLP-S": {"gpus": 1}}}, r"params.yaml: runtime.overrides.MLP-S: unknown key\(s\) \['gpus'\]"),
     ({"overrides": {"MLP-X": {"num_gpus": 1}}}, "params.yaml: runtime.overrides.MLP-X"),
     ({"overrides": {"MLP-S": {"num_gpus": 2.5}}}, "params.yaml: runtime.overrides.MLP-S.num_gpus"),
 ])

@@ -190,7 +190,8 @@ def test_study_resumes_after_a_kill_and_writes_the_preset(slices, monkeypatch):
     assert preset["models"]["MLP-S"] == study.best_params
     merged = parse_params({"models": preset["models"], "tuned": preset["tuned"]})  # valid params entries
     assert merged.train_for("MLP-S").lr == pytest.approx(study.best_params["lr"])
-    assert tune.tuned_caveats(merged) == {"MLP-S": tune.caveat("MLP-S", "1954")}
+    labels = [str(y) for y in range(1950, 1958)]  # the study's slices
+    assert "Caveat: " + tune.caveat("MLP-S", merged.extra["tuned"]["MLP-S"]["cutoff"], labels) in header
 
     # Nothing to do when the study is complete.
     assert tune.run(params, "MLP-S", tmp / "slices", n_trials=4, **kw)["ran"] == 0
@@ -246,12 +247,9 @@ def test_caveat_names_the_cutoffs_that_use_settings_chosen_on_later_data():
     assert text.startswith("FFN-S: hyperparameters tuned at cutoff 2002, on data through 2002 only")
     assert "including those before 2002 (2 cutoffs, 2000..2001)" in text and "from 2002 on are strictly out of time" in text
     assert "(none in this study)" in tune.caveat("FFN-S", "2000", labels)
-    params = parse_params({"models": {"FFN-S": {}, "Prior": {}},
-                           "tuned": {"FFN-S": {"cutoff": 2002}, "TX-S": {"cutoff": "2001"}}})
-    assert tune.tuned_caveats(params, labels) == {"FFN-S": text}  # TX-S is not configured
-    assert tune.tuned_caveats(parse_params({"models": {"FFN-S": {}}})) == {}
-    with pytest.raises(ConfigError, match="tuned.FFN-S needs the tuning cutoff"):
-        tune.tuned_caveats(parse_params({"models": {"FFN-S": {}}, "tuned": {"FFN-S": {"study": "x"}}}))
+    assert tune.caveat("FFN-S", 2002, labels) == text  # a YAML int cutoff names the same slice
+    assert "before 2002. Those rows" in tune.caveat("FFN-S", "2002")  # without labels: no cutoffs named
+    assert "before 2009. Those rows" in tune.caveat("FFN-S", "2009", labels)  # a cutoff not in the study
 
 
 def test_a_pruning_copy_decides_as_the_live_study():

@@ -3,7 +3,7 @@ slices and from each training window to every later period, per-feature drift of
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -11,7 +11,7 @@ import numpy as np
 
 from driftmatrix.audit import drift
 from driftmatrix.audit.slices import Slices, axis_names, counts_by_slice, label_levels
-from driftmatrix.config import ConfigError
+from driftmatrix.config import ConfigError, build
 
 
 @dataclass(frozen=True)
@@ -30,19 +30,13 @@ class AuditConfig:
 
     @classmethod
     def from_params(cls, raw: Mapping[str, Any] | None) -> "AuditConfig":
-        raw = dict(raw or {})
-        known = {f for f in cls.__dataclass_fields__}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(f"params.yaml: audit: unknown key(s) {unknown}; expected some of {sorted(known)}")
-        if "features" in raw:
-            raw["features"] = tuple(raw["features"] or ())
-        return cls(**raw)
+        cfg = build(cls, raw, "params.yaml: audit")
+        return replace(cfg, features=tuple(cfg.features or ()))
 
 
 @dataclass
 class Measure:
-    """One K x K matrix; ``drift`` says how to read it as 'more = more drift'."""
+    """One K x K matrix; ``higher_is_more_drift`` says how to read it as 'more = more drift'."""
 
     name: str
     title: str
@@ -51,10 +45,6 @@ class Measure:
     pvalues: np.ndarray | None = None
     higher_is_more_drift: bool = True
     info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def drift(self) -> np.ndarray:
-        return self.values if self.higher_is_more_drift else 1.0 - self.values
 
 
 def label_measures(counts: np.ndarray, cfg: AuditConfig) -> list[Measure]:

@@ -1,9 +1,8 @@
 """Great Expectations suites per slice: one ephemeral context per run, no project folder.
 
-Three batches per slice: ``rows`` (the slice's rows), ``schema`` (one row per required column with
-its dtype kind: GX's type expectations do not know pandas 3 dtypes) and ``classes`` (each class's
-share in the slice, its history and its splits, computed in pandas and range-checked by GX). Every
-expectation carries ``meta = {"key", "bound"[, "observed"]}`` for :func:`records` (docs/audit.md)."""
+Batches per slice (:attr:`GXRunner.FRAMES`): its rows, then frames computed in pandas and range-checked
+by GX: ``schema`` (dtype kind per column: GX's type expectations do not know pandas 3 dtypes), ``classes``
+and ``features``. Each expectation's ``meta`` holds what :func:`record` reports (docs/audit.md)."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from driftmatrix.audit.slices import Slices, allowed_values, axis_names, counts_by_slice, label_counts, label_levels
-from driftmatrix.config import ConfigError
+from driftmatrix.config import ConfigError, build
 
 CHECKS = ("columns", "types", "not_null", "label_set", "split_set", "min_rows", "timestamp_in_period",
           "unique_id", "id_in_one_slice", "classes_present", "classes_in_slice", "class_share", "share_vs_history",
@@ -47,40 +46,45 @@ class ValidationConfig:
 
     @classmethod
     def from_params(cls, raw: Mapping[str, Any] | None) -> "ValidationConfig":
-        raw = dict(raw or {})
         where = "params.yaml: validation"
-        known = {"min_rows", "class_share", "relative", "split_tolerance", "critical", "override", "label_values",
-                 "features"}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}; expected some of {sorted(known)}")
-        share = dict(raw.get("class_share") or {})
-        relative = dict(raw.get("relative") or {})
-        critical = raw.get("critical", list(DEFAULT_CRITICAL))
-        critical = list(CHECKS) if critical == "all" else list(critical or [])
+        sec = build(_Section, raw, where)
+        feats = build(_FeatureLimits, sec.features, f"{where}.features")
+        critical = list(CHECKS) if sec.critical == "all" else list(sec.critical or [])
         bad = sorted(set(critical) - set(CHECKS))
         if bad:
             raise ConfigError(f"{where}.critical: unknown check(s) {bad}; expected some of {list(CHECKS)}")
-        override = raw.get("override", False)
-        if override is False or override is None:
-            override = []
+        override = [] if sec.override is False or sec.override is None else sec.override
         if not isinstance(override, (list, tuple)) or not all(isinstance(o, str) and ":" in o for o in override):
             raise ConfigError(f"{where}.override: expected false or a list of \"<slice>:<check>\" strings")
-        values = raw.get("label_values")
-        feats = dict(raw.get("features") or {})
-        bad = sorted(set(feats) - {"max_missing", "max_unseen"})
-        if bad:
-            raise ConfigError(f"{where}.features: unknown key(s) {bad}; expected some of ['max_missing', 'max_unseen']")
-        return cls(max_missing=float(feats.get("max_missing", cls.max_missing)),
-                   max_unseen=float(feats.get("max_unseen", cls.max_unseen)),min_rows=int(raw.get("min_rows", cls.min_rows)),
-                   share_min=float(share.get("min", cls.share_min)), share_max=float(share.get("max", cls.share_max)),
-                   max_change=None if relative.get("max_change", cls.max_change) is None else float(relative.get("max_change", cls.max_change)),
-                   split_tolerance=float(raw.get("split_tolerance", cls.split_tolerance)),
-                   critical=tuple(critical), override=tuple(override),
-                   label_values=tuple(values) if values else None)
+        share, relative = dict(sec.class_share or {}), dict(sec.relative or {})
+        max_change = relative.get("max_change", cls.max_change)
+        return cls(min_rows=sec.min_rows, share_min=float(share.get("min", cls.share_min)),
+                   share_max=float(share.get("max", cls.share_max)),
+                   max_change=None if max_change is None else float(max_change),
+                   split_tolerance=sec.split_tolerance, critical=tuple(critical), override=tuple(override),
+                   label_values=tuple(sec.label_values) if sec.label_values else None,
+                   max_missing=feats.max_missing, max_unseen=feats.max_unseen)
 
     def is_critical(self, key: str) -> bool:
         return key.split(":", 1)[0] in self.critical
+
+
+@dataclass(frozen=True)
+class _Section:  # validation: as written in params.yaml, for config.build
+    min_rows: int = ValidationConfig.min_rows
+    class_share: Mapping[str, Any] | None = None  # {min, max}
+    relative: Mapping[str, Any] | None = None  # {max_change}
+    split_tolerance: float = ValidationConfig.split_tolerance
+    critical: Any = DEFAULT_CRITICAL  # a list of CHECKS, or "all"
+    override: Any = False
+    label_values: Any = None
+    features: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class _FeatureLimits:
+    max_missing: float = ValidationConfig.max_missing
+    max_unseen: float = ValidationConfig.max_unseen
 
 
 # --- pure helpers (pandas) ------------------------------------------------------------------
@@ -88,16 +92,12 @@ def dtype_kind(series: pd.Series) -> str:
     dt = series.dtype
     if isinstance(dt, pd.DatetimeTZDtype):
         return "datetime[UTC]" if str(dt.tz) == "UTC" else f"datetime[{dt.tz}]"
-    if pd.api.types.is_datetime64_dtype(dt):
-        return "datetime[naive]"
-    if pd.api.types.is_bool_dtype(dt):
-        return "bool"
-    if pd.api.types.is_integer_dtype(dt):
-        return "integer"
-    if pd.api.types.is_float_dtype(dt):
-        return "float"
-    if pd.api.types.is_string_dtype(dt):
-        return "string"
+    types = pd.api.types
+    for test, kind in ((types.is_datetime64_dtype, "datetime[naive]"), (types.is_bool_dtype, "bool"),
+                       (types.is_integer_dtype, "integer"), (types.is_float_dtype, "float"),
+                       (types.is_string_dtype, "string")):
+        if test(dt):
+            return kind
     return str(dt)
 
 
@@ -238,9 +238,8 @@ def rows_expectations(gx: Any, slices: Slices, spec: Mapping[str, Any], cfg: Val
                       levels: Sequence[Any]) -> list:
     meta = slices.meta
     kinds = expected_kinds(slices)
-    start, end = pd.Timestamp(spec["start"]), pd.Timestamp(spec["end"])
-    start = start.tz_localize("UTC") if start.tzinfo is None else start.tz_convert("UTC")
-    end = end.tz_localize("UTC") if end.tzinfo is None else end.tz_convert("UTC")
+    start, end = (t.tz_localize("UTC") if t.tzinfo is None else t.tz_convert("UTC")
+                  for t in (pd.Timestamp(spec["start"]), pd.Timestamp(spec["end"])))
     out = [_expect(gx, "ExpectTableColumnsToMatchSet", "columns", f"includes {sorted(kinds)}",
                    column_set=sorted(kinds), exact_match=False),
            _expect(gx, "ExpectTableRowCountToBeBetween", "min_rows", f">= {cfg.min_rows}", min_value=cfg.min_rows),
@@ -255,15 +254,11 @@ def rows_expectations(gx: Any, slices: Slices, spec: Mapping[str, Any], cfg: Val
     for col in kinds:
         if col not in optional:
             out.append(_expect(gx, "ExpectColumnValuesToNotBeNull", f"not_null:{col}", "no nulls", column=col))
-    value_set = [_plain(v) for v in allowed_values(meta, levels)]
+    value_set = [v.item() if hasattr(v, "item") else v for v in allowed_values(meta, levels)]  # numpy -> plain
     for col in meta.label_columns:
         out.append(_expect(gx, "ExpectColumnValuesToBeInSet", f"label_set:{col}", f"in {value_set}",
                            column=col, value_set=value_set))
     return out
-
-
-def _plain(v: Any) -> Any:
-    return v.item() if hasattr(v, "item") else v
 
 
 def schema_expectations(gx: Any, schema: pd.DataFrame) -> list:

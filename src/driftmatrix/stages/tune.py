@@ -1,19 +1,16 @@
 """Hyperparameter search (Optuna) that never reads a row from after the tuning cutoff.
 
-For cutoff ``c`` and ``v`` validation periods the tuner reads only the train splits of slices 0..c,
-split into inner train (0..c-v) and validation (c-v+1..c); :func:`restrict` cuts the data down
-before :func:`objective` sees it (docs/explain-and-tune.md). A study per (dataset, model) lives in
-sqlite and resumes up to ``tune.n_trials``. Trials run on the stage executor through ask/tell, and
-the driver alone tells the study and logs runs, in trial order, so the study is the same on every
-executor. The best settings become ``presets/tuned/<dataset>-<model>.yaml``.
-
-They apply to every cutoff, including those before the tuning cutoff (one configuration per model
-keeps the rows comparable); :func:`caveat` says so in the preset and the report."""
+For cutoff ``c`` and ``v`` validation periods the tuner reads only the train splits of slices 0..c:
+inner train 0..c-v, validation c-v+1..c (:func:`restrict`; docs/explain-and-tune.md). A study per
+(dataset, model) lives in sqlite and resumes up to ``tune.n_trials``; the driver alone tells it and
+logs runs, in trial order, so the study is the same on every executor. The best settings become
+``presets/tuned/<dataset>-<model>.yaml`` and apply to every cutoff (:func:`caveat` says so)."""
 
 from __future__ import annotations
 
 import copy
 import logging
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -21,7 +18,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from driftmatrix.config import AT_LEAST_1, ConfigError, Params, TrainConfig, build, fingerprint
+from driftmatrix.config import AT_LEAST_1, ConfigError, Params, TrainConfig, build, fingerprint, runtime_config
+from driftmatrix.tracking import runs as tracking
 
 log = logging.getLogger(__name__)
 
@@ -208,10 +206,10 @@ def _storage_url(url: str) -> str:
     return url
 
 
-def finished_count(study) -> int:
+def finished_trials(study) -> tuple:
     from optuna.trial import TrialState
 
-    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+    return tuple(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
 
 
 def fail_leftovers(study) -> int:
@@ -301,13 +299,8 @@ def trial_task(ctx: TuneContext, item: TrialItem) -> dict[str, Any]:
 
 def optimize(study, n_trials: int, cfg: TuneConfig, skip: tuple[str, ...], executor, recipe: TuneRecipe,
              context: TuneContext | None, record: Callable[[Any, Mapping[str, Any], Any], None]) -> int:
-    """Run ``n_trials`` trials in rounds of ``cfg.parallel``; returns how many were started.
-
-    A round's trials are asked together, run through ``executor`` and told with ``record(trial,
-    overrides, result)`` in trial order, so each sees only earlier rounds and the study does not
-    depend on the executor; no round starts after ``cfg.timeout`` seconds."""
-    from optuna.trial import TrialState
-
+    """Run ``n_trials`` trials in rounds of ``cfg.parallel`` through ``executor``, told with ``record``
+    in trial order (each sees only earlier rounds); no round starts after ``cfg.timeout``. How many started."""
     from driftmatrix.runtime.executor import Progress
 
     started, done = time.perf_counter(), 0
@@ -315,9 +308,8 @@ def optimize(study, n_trials: int, cfg: TuneConfig, skip: tuple[str, ...], execu
     bar = Progress(f"tune {model}", n_trials)
     try:
         while done < n_trials and (cfg.timeout is None or time.perf_counter() - started < cfg.timeout):
-            finished = tuple(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
             pruning = Pruning(study.direction.name.lower(), cfg.pruner_startup_trials, cfg.pruner_warmup_epochs,
-                              finished)
+                              finished_trials(study))
             asked = []
             for _ in range(min(cfg.parallel, n_trials - done)):
                 trial = study.ask()
@@ -362,9 +354,7 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
     import optuna
 
     from driftmatrix.runtime.executor import make_executor
-    from driftmatrix.config import runtime_config
     from driftmatrix.stages.saliency import slice_index  # label -> index with a named error
-    from driftmatrix.tracking.runs import git_commit
     from driftmatrix.units.experiment import Experiment, ExperimentRecipe
 
     cfg = tune_config(params)
@@ -399,7 +389,7 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
             "tuning_cutoff": cfg.cutoff, "validation_periods": str(cfg.validation_periods)}
     val_slices = sorted({exp.labels[k] for k in data.slice_ids[data.val_pos]})
     train_slices = (exp.labels[0], exp.labels[cutoff - cfg.validation_periods])
-    commit = git_commit() if exp_id is not None else ""
+    commit = tracking.git_commit() if exp_id is not None else ""
 
     def record(trial, overrides: Mapping[str, Any], result: Mapping[str, Any] | None) -> None:
         state = tell(study, trial, result)
@@ -411,12 +401,12 @@ def run(params: Params, model: str, slices_dir: str | Path = "outputs/slices",
                         "val_slices": ",".join(val_slices), "seed": cfg.seed}, result, state)
 
     started = time.perf_counter()
-    remaining = max(0, target - finished_count(study))
+    remaining = max(0, target - len(finished_trials(study)))
     recipe = TuneRecipe(ExperimentRecipe.of(params, model, slices_dir, features_dir), cutoff, cfg.validation_periods)
     ran = optimize(study, remaining, cfg, skip, make_executor(runtime_config(params), progress=False), recipe,
                    TuneContext(exp, data), record) if remaining else 0
     seconds = time.perf_counter() - started
-    result = {"study": name, "storage": url, "finished": finished_count(study), "ran": ran,
+    result = {"study": name, "storage": url, "finished": len(finished_trials(study)), "ran": ran,
               "failed_leftovers": failed, "seconds": round(seconds, 1), "direction": study.direction.name.lower(),
               "train_slices": list(train_slices), "val_slices": val_slices}
     completed = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
@@ -445,31 +435,14 @@ def caveat(model: str, cutoff: str, labels: Sequence[str] | None = None) -> str:
             f"strictly out of time.")
 
 
-def tuned_caveats(params: Params, labels: Sequence[str] | None = None) -> dict[str, str]:
-    """``{model: caveat}`` for every configured model that ``params.yaml: tuned`` marks as tuned."""
-    tuned = params.extra.get("tuned") or {}
-    if not isinstance(tuned, Mapping):
-        raise ConfigError("params.yaml: tuned must map model names to {cutoff: <label>, ...}")
-    out = {}
-    for model, info in tuned.items():
-        if model not in params.models:
-            continue
-        if not isinstance(info, Mapping) or "cutoff" not in info:
-            raise ConfigError(f"params.yaml: tuned.{model} needs the tuning cutoff: {{cutoff: <label>}}")
-        out[model] = caveat(model, str(info["cutoff"]), labels)
-    return out
-
-
 def _mlflow_setup(params: Params, study: str) -> str:
     """Configure MLflow; close runs of this study that a killed process left RUNNING."""
     from mlflow.tracking import MlflowClient
 
-    from driftmatrix.tracking import runs as tracking
-
     exp_id = tracking.configure(params.tracking)
     client = MlflowClient()
-    for r in client.search_runs([exp_id], filter_string=f"tags.kind = 'tuning' and tags.study = '{study}' "
-                                                         f"and attributes.status = 'RUNNING'"):
+    running = tracking.tag_filter({"kind": "tuning", "study": study}) + " and attributes.status = 'RUNNING'"
+    for r in client.search_runs([exp_id], filter_string=running):
         client.set_terminated(r.info.run_id, status="KILLED")
     return exp_id
 
@@ -501,8 +474,6 @@ def _log_trial(exp_id: str, run_name: str, tags: Mapping[str, str], logged: Mapp
 
 def _preset_header(name, url, best, n_complete, metric_name, cfg: TuneConfig, train_slices, val_slices,
                    model: str, labels: Sequence[str] | None = None) -> str:
-    import textwrap
-
     from driftmatrix.tracking.server import redact
 
     return (f"Tuned by `driftmatrix tune`: study {name} ({redact(url)}), best of {n_complete} complete trials:\n"

@@ -1,24 +1,12 @@
-"""What a deployer reads in the model registry: version tags and descriptions, model descriptions,
-and the retraining-horizon advisor's picks as aliases.
+"""What a deployer reads in the model registry, written by the report stage (:func:`annotate`):
 
-The report stage (``driftmatrix report --track``) has both the seed-level matrices and MLflow,
-and runs whenever the matrices change; after logging its ``matrices · <dataset>`` run it calls
-:func:`annotate`, which makes the registry agree with the matrices:
-
-- this project's versions (``tracking.PROJECT_TAG``) of the matrices' units (their unit keys) get
-  tags ``dataset, model, cutoff, seed, unit_key, train_rows, metric, in_distribution,
-  future_mean, decay`` (its own drift-matrix row: M[i, i], the mean over j > i, their oriented
-  difference) and a one-paragraph description with the same numbers; other clones' versions are
-  never touched;
-- every registered model's description says what the model is, what goes in and comes out, its
-  aliases, and links the matrices run;
-- for each horizon H of ``params.yaml: advisor.horizons`` the advisor's pick (the learning model,
-  never a baseline, with the best served score when retrained every H periods, as ``driftmatrix
-  recommend``) gets the alias ``recommended-h<H>`` on this project's version of its latest
-  cutoff's lowest-seed unit, and no other registered model of the dataset keeps that alias. A new period moves it
-  to the new cutoff's version; a new leader moves it to another model;
-- the alias ``recommended`` goes the same way to the policy stage's recommended model, and to no
-  version when the recommendation is to deploy none (never to the baseline).
+- this project's versions of the matrices' units get tags and a description of their own
+  drift-matrix row (M[i, i], the mean over j > i, the decay); other clones' versions are untouched;
+- every registered model's description says what it is, takes and returns, and links the matrices run;
+- for each H of ``advisor.horizons`` the advisor's pick (best served score when retrained every H
+  periods; never a baseline) gets the alias ``recommended-h<H>`` on its latest cutoff's lowest-seed
+  version, and no other model keeps it;
+- the alias ``recommended`` goes the same way to the policy stage's model (to none for no model).
 
 Only what differs is written, so a second run over the same matrices writes nothing.
 """
@@ -27,7 +15,9 @@ from __future__ import annotations
 
 import logging
 import math
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
@@ -39,7 +29,6 @@ log = logging.getLogger(__name__)
 
 ALIAS_PREFIX = "recommended-h"
 POLICY_ALIAS = "recommended"  # the policy stage's recommended (model, policy): its model's latest cutoff
-SCORE_TAGS = ("metric", "in_distribution", "future_mean", "decay")
 
 
 @dataclass(frozen=True)
@@ -57,36 +46,22 @@ def advisor_config(params: Params) -> AdvisorConfig:
     return cfg
 
 
-def alias_for_horizon(horizon: int) -> str:
-    return f"{ALIAS_PREFIX}{int(horizon)}"
+def _fmt(value: float) -> str:
+    return "n/a" if value is None or not math.isfinite(value) else f"{value:.4g}"
 
 
-def _fmt(value: float, unit: str = "") -> str:
-    return "n/a" if value is None or not math.isfinite(value) else f"{value:.4g}{' ' + unit if unit else ''}"
-
-
-@dataclass(frozen=True)
-class RowScores:
-    in_distribution: float
-    future_mean: float
-    decay: float
-    n_future: int
-
-
-def row_scores(values: np.ndarray, i: int, higher_is_better: bool) -> RowScores:
+def row_scores(values: np.ndarray, i: int, higher_is_better: bool) -> tuple[float, float, float]:
     """The unit's own row of a matrix: M[i, i], the mean of its filled cells j > i, the decay."""
     from driftmatrix.analysis.summary import decay
 
     row = np.asarray(values, dtype=float)
     future = row[i + 1:][~np.isnan(row[i + 1:])]
-    fut = float(future.mean()) if len(future) else float("nan")
-    own = float(row[i])
-    return RowScores(own, fut, decay(own, fut, higher_is_better), int(len(future)))
+    own, fut = float(row[i]), float(future.mean()) if len(future) else float("nan")
+    return own, fut, decay(own, fut, higher_is_better)
 
 
 def version_tags(matrices, version, train_rows: float | None) -> dict[str, str]:
-    """The tags a version should carry, from its model's seed-level matrices (None when its cutoff
-    or seed is not in them, or its unit key is not the one they hold there)."""
+    """The tags a version should carry, from its model's seed-level matrices (none if not their unit)."""
     cutoff, seed = version.tags.get("cutoff"), version.tags.get("seed")
     seeds = [int(s) for s in (matrices.seeds or [])]
     if cutoff not in matrices.slices or seed is None or not seed.lstrip("-").isdigit() or int(seed) not in seeds:
@@ -94,11 +69,10 @@ def version_tags(matrices, version, train_rows: float | None) -> dict[str, str]:
     i, s = matrices.slices.index(cutoff), seeds.index(int(seed))
     if "unit_keys" in matrices.extra and matrices.extra["unit_keys"][s][i] != version.tags.get("unit_key"):
         return {}
-    scores = row_scores(matrices.seed_values[s, i], i, matrices.higher_is_better)
+    own, future, decay = row_scores(matrices.seed_values[s, i], i, matrices.higher_is_better)
     tags = {"dataset": matrices.dataset, "model": matrices.model, "cutoff": cutoff, "seed": seed,
             "metric": f"{matrices.metric} ({matrices.unit})" if matrices.unit else matrices.metric,
-            "in_distribution": _fmt(scores.in_distribution), "future_mean": _fmt(scores.future_mean),
-            "decay": _fmt(scores.decay)}
+            "in_distribution": _fmt(own), "future_mean": _fmt(future), "decay": _fmt(decay)}
     if train_rows is not None:
         tags["train_rows"] = str(int(train_rows))
     return {k: v for k, v in tags.items() if v}
@@ -147,9 +121,6 @@ def model_description(spec, dataset: str, config: Mapping[str, Any] | None, matr
 
 def _config_of(client, version) -> dict[str, Any] | None:
     """The pyfunc config of a version's MLmodel (None when absent or unreadable)."""
-    import tempfile
-    from pathlib import Path
-
     import yaml
 
     try:
@@ -162,9 +133,8 @@ def _config_of(client, version) -> dict[str, Any] | None:
 
 
 def annotate(params: Params, cohort, matrices_run: str | None = None, recommended: str | None = None) -> dict[str, Any]:
-    """Make the registry agree with ``cohort`` (the matrices just reported); see the module
-    docstring; ``recommended``: the policy stage's model, which gets the alias ``recommended``
-    (a baseline or None: no version keeps it). Returns what it did: ``{"versions": n tagged, "aliases": {alias: "name/version"}}``."""
+    """Make the registry agree with ``cohort`` (the matrices just reported; ``recommended``: the policy
+    stage's model); returns ``{"versions": n tagged, "aliases": {alias: "name/version"}}``."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -206,7 +176,7 @@ def annotate(params: Params, cohort, matrices_run: str | None = None, recommende
                 text = version_description(matrices, want, v.tags.get("unit_key"))
                 if (v.description or "") != text:
                     client.update_model_version(name, v.version, description=text)
-            spec = REGISTRY[model] if model in REGISTRY else None
+            spec = REGISTRY.get(model)
             if spec is not None:
                 config = _config_of(client, versions[0]) if versions else None
                 text = model_description(spec, dataset, config, matrices_run, exp_id, horizons)
@@ -214,35 +184,32 @@ def annotate(params: Params, cohort, matrices_run: str | None = None, recommende
                     client.update_registered_model(name, description=text)
                 if matrices_run and rm.tags.get("matrices_run") != matrices_run:
                     client.set_registered_model_tag(name, "matrices_run", matrices_run)
-    picks = recommend(client, dataset, cohort, registered, horizons, latest)
     if recommended is not None and cohort.families.get(recommended) == BASELINE_FAMILY:
         recommended = None  # the deployer is told in words; no alias points at the baseline
-    picks.update(point(client, dataset, registered, POLICY_ALIAS, recommended if recommended in latest else None,
-                       latest))
+    picks: dict[str, str] = {}
+    for alias, model in {**recommend(cohort, registered, horizons, latest),
+                         POLICY_ALIAS: recommended if recommended in latest else None}.items():
+        picks.update(point(client, dataset, registered, alias, model, latest))
     if touched or picks:
         log.info("registry: %d version tags written; %s", touched,
                  ", ".join(f"{a} -> {p}" for a, p in picks.items()) or "no advisor alias")
     return {"versions": touched, "aliases": picks}
 
 
-def recommend(client, dataset: str, cohort, registered: Mapping[str, Any], horizons: list[int],
-              latest: Mapping[str, Any]) -> dict[str, str]:
-    """Point ``recommended-h<H>`` at the advisor's pick for each H (``latest``: model -> the
-    version to point at, this project's of its latest cutoff and lowest seed) and remove it from
-    every other registered model of ``dataset``."""
+def recommend(cohort, registered: Mapping[str, Any], horizons: list[int],
+              latest: Mapping[str, Any]) -> dict[str, str | None]:
+    """``recommended-h<H>`` -> the advisor's pick among ``registered`` for each H (None: no model)."""
     from driftmatrix.analysis import advisor
     from driftmatrix.models.catalog import BASELINE_FAMILY
 
     stacks = {m: st for m, st in cohort.stacks.items() if m in registered
               and cohort.families.get(m) != BASELINE_FAMILY}  # never the Prior baseline
-    out: dict[str, str] = {}
+    out: dict[str, str | None] = {}
     for h in horizons:
-        alias = alias_for_horizon(h)
         ranked = [s for s in advisor.rank_for_horizon(stacks, h, cohort.higher_is_better) if math.isfinite(s.mean)] \
             if stacks else []
         # the leader, or the next one when the leader has no version to point at
-        out.update(point(client, dataset, registered, alias, next((p.model for p in ranked if p.model in latest), None),
-                         latest))
+        out[f"{ALIAS_PREFIX}{int(h)}"] = next((p.model for p in ranked if p.model in latest), None)
     return out
 
 

@@ -1,20 +1,13 @@
 """MLflow at the edge: one run and one registry version per unit, written by the driver alone.
 
-Workers and stages never write MLflow while they compute. Finished units leave a checkpoint and
-a sidecar (``checkpoints.CheckpointStore``); :func:`sync_units` then makes MLflow agree with them in
-one pass per model: every current unit gets exactly one live FINISHED run (created from its
-sidecar with the recorded training times, or restored if it was soft-deleted), one registered
-version and its cutoff aliases; a unit redone under a new key supersedes the old one (run
-soft-deleted with a ``superseded_by`` tag, version deleted, aliases moved). Because the sidecar
-is the record, a kill at any moment loses nothing: the next sync finishes the job.
+Workers never write MLflow. Finished units leave a checkpoint and a sidecar record; :func:`sync_units`
+makes MLflow agree with them, one pass per model: each current unit gets one live FINISHED run
+(created from its sidecar with the training times, or restored), one registered version and its
+cutoff aliases; a unit redone under a new key supersedes the old one. The sidecar is the record,
+so a kill at any moment loses nothing: the next sync finishes the job.
 
-Runs and versions are named by unit key, weights digest, hardware and project (clone): a sync
-touches only its own project's, and supersedes a unit's run of other weights only when computed
-on the same hardware, so clones on different CPUs keep their own. :func:`load_registered`
-resolves a version by unit key and weights.
-
-Models are logged weights-only (safetensors + a JSON description) and loaded by rebuilding the
-network from the registry, so loading a registered model never unpickles anything.
+Runs and versions are told apart by unit key, weights digest, hardware and project (clone): a sync
+touches only its own project's. Models are logged weights-only and rebuilt on load (no unpickling).
 """
 
 from __future__ import annotations
@@ -25,12 +18,15 @@ import json
 import logging
 import os
 import re
+import shutil
+import socket
 import subprocess
 import threading
 import time
 import weakref
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
+from urllib.parse import urlparse
 
 from driftmatrix.config import TrackingConfig
 
@@ -51,12 +47,8 @@ def tracking_uri(cfg: TrackingConfig) -> str:
 
 
 def fast_sqlite() -> None:
-    """Commit to sqlite stores without an fsync each (WAL journal, synchronous=NORMAL).
-
-    A unit's run is a dozen small commits; with a full fsync each they cost more than training a
-    small model. A killed process loses nothing committed (WAL); a power cut can lose the last
-    commits, which the next sync recreates from the checkpoint records anyway.
-    """
+    """Commit to sqlite stores without an fsync each (WAL, synchronous=NORMAL): a unit's run is a
+    dozen small commits; a power cut's lost commits are recreated by the next sync."""
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
@@ -83,21 +75,14 @@ _ENGINES: "weakref.WeakSet[Any]" = weakref.WeakSet()
 
 
 def close_stores() -> None:
-    """Close this process's database connections (at exit): sqlite then folds its write-ahead log
-    back into the database file and removes it, so ``mlflow.db`` alone holds every commit even
-    when the process skips its final garbage collection (``cli.main``)."""
+    """Close this process's database connections at exit (sqlite folds its write-ahead log into the file)."""
     for engine in list(_ENGINES):
         engine.dispose()
 
 
 def schema_template() -> Path | None:
-    """An empty MLflow sqlite database at this MLflow version's schema head (no experiment),
-    made once per machine under ``$XDG_CACHE_HOME/driftmatrix``; None if it cannot be made.
-
-    A new sqlite store otherwise replays every MLflow schema migration (about 2 s here), in each
-    fresh working folder, test and benchmark. The template is what MLflow's own initialisation
-    writes; MLflow then adds the Default experiment with the new store's own artifact root.
-    """
+    """An empty MLflow sqlite database at this MLflow version's schema head, made once per machine
+    (a new store otherwise replays every schema migration, about 2 s); None if it cannot be made."""
     import mlflow
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "driftmatrix"
@@ -132,14 +117,11 @@ def seed_sqlite_store(uri: str) -> None:
         return
     template = schema_template()
     if template is not None:
-        import shutil
-
         tmp = db.with_name(f"{db.name}.{os.getpid()}.tmp")
         shutil.copyfile(template, tmp)
         try:
-            os.link(tmp, db)  # never replaces a store another process created meanwhile
-        except FileExistsError:
-            pass
+            with contextlib.suppress(FileExistsError):  # a store another process created meanwhile stays
+                os.link(tmp, db)
         finally:
             tmp.unlink()
 
@@ -179,9 +161,7 @@ def configure(cfg: TrackingConfig) -> str:
 
 
 def configure_in_background(cfg: TrackingConfig) -> threading.Thread:
-    """:func:`configure` on a thread: MLflow's import and store set-up (seconds) overlap a stage's
-    own work, e.g. while it waits on worker processes. A failure here is left for the stage's
-    own :func:`configure` call to raise; join the thread before it."""
+    """:func:`configure` on a thread, overlapping a stage's work; a failure is left to its own :func:`configure`."""
 
     def warm() -> None:
         try:
@@ -226,11 +206,7 @@ def git_commit() -> str:
 
 
 def model_runs(exp_id: str, model: str) -> list[Any]:
-    """Every unit run of ``model``, deleted ones included (one paged search).
-
-    Runs are found by model and told apart by unit key, never by dataset name: a unit key does
-    not include the name, so a renamed dataset (or two presets on one data folder) keeps its runs.
-    """
+    """Every unit run of ``model``, deleted ones included (not by dataset: a renamed one keeps its runs)."""
     from mlflow.entities import ViewType
     from mlflow.tracking import MlflowClient
 
@@ -246,14 +222,12 @@ def model_runs(exp_id: str, model: str) -> list[Any]:
 
 
 def _first(run) -> tuple:
-    """Order of duplicates: the first is the survivor (live before deleted, then the oldest start,
-    then the run id), so that writers that see the same runs keep the same one."""
+    """Order of duplicates, the survivor first: live, oldest start, run id (every writer agrees)."""
     return run.info.lifecycle_stage != "active", run.info.start_time or 0, run.info.run_id
 
 
 def live_runs(exp_id: str, dataset: str, model: str) -> dict[str, str]:
-    """unit key -> id of this project's live FINISHED run of it (``dataset`` is not a filter, see
-    :func:`model_runs`)."""
+    """unit key -> id of this project's live FINISHED run of it (``dataset`` is not a filter)."""
     found: dict[str, str] = {}
     project = project_id()
     for r in sorted(model_runs(exp_id, model), key=_first):
@@ -268,8 +242,7 @@ MODEL_TAG = "model_logged"  # "true" when the run holds its ``model`` artifact
 
 
 def unit_tags(record: Mapping[str, Any]) -> dict[str, str]:
-    """What computed a unit, from its record: the weights' digest, precision, device, threads,
-    hardware (CPU instruction set or GPU model) and library versions (``lib.<name>``)."""
+    """What computed a unit: weights digest, precision, device, threads, hardware, ``lib.<name>`` versions."""
     env = record.get("environment") or {}
     tags = {k: env[k] for k in ("precision", "device", "threads", "hardware") if env.get(k) is not None}
     tags.update({f"lib.{name}": version for name, version in (env.get("libraries") or {}).items()})
@@ -279,15 +252,13 @@ def unit_tags(record: Mapping[str, Any]) -> dict[str, str]:
 
 
 def same_hardware(tags: Mapping[str, str], record: Mapping[str, Any]) -> bool:
-    """Whether a run or version (its ``tags``) was computed on the hardware ``record`` names
-    (where either does not say, it cannot tell: it matches)."""
+    """Whether ``tags`` (of a run or version) name the hardware of ``record`` (unknown: it matches)."""
     ours, theirs = (record.get("environment") or {}).get("hardware"), tags.get("hardware")
     return not ours or not theirs or str(ours) == theirs
 
 
 def same_weights(run, record: Mapping[str, Any]) -> bool:
-    """Whether ``run`` was made from the weights ``record`` describes (a record without a digest,
-    written before digests were, cannot tell: it matches)."""
+    """Whether ``run`` was made from the weights ``record`` describes (no digest: it matches)."""
     digest = record.get("weights_digest")
     return not digest or run.data.tags.get(WEIGHTS_TAG) == digest
 
@@ -300,16 +271,13 @@ def _driver_alive(run) -> bool:
 
 def plan_runs(runs: Sequence[Any], dataset: str, wanted: Mapping[str, Mapping[str, Any]],
               project: str | None = None) -> tuple[dict[str, Any], list[tuple[Any, str | None]]]:
-    """What a sync does with the runs of one model: (unit key -> its surviving run, which may be a
-    deleted one to restore; [(run to delete, ``superseded_by`` tag or None)]).
+    """(unit key -> its surviving run, maybe a deleted one to restore; [(run to delete,
+    ``superseded_by`` or None)]) for the runs of one model.
 
-    A unit's survivor is its first FINISHED run (:func:`_first`) made from the record's weights.
-    Deleted: live duplicates, runs of older weights under the same key computed on the same
-    hardware, runs a killed sync left unfinished, and this dataset's runs of a unit redone under a
-    new key in the same slot. Left alone: RUNNING runs of live processes (another sync at work),
-    other datasets' units, runs of the unit computed on other hardware (a machine sharing this
-    project's name), and every run another ``project`` made (a clone sharing the store keeps its
-    own, whatever its weights; runs without the tag count as this project's).
+    The survivor is a unit's first FINISHED run (:func:`_first`) of the record's weights. Deleted:
+    duplicates, older weights computed on the same hardware, runs a kill left unfinished, and this
+    dataset's runs of a unit redone under a new key in the same slot. Left alone: RUNNING runs of
+    live processes, other datasets' units, runs from other hardware and other ``project``s' runs.
     """
     slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): k for k, r in wanted.items()}
     keep: dict[str, Any] = {}
@@ -349,10 +317,8 @@ def _dataset_input(name: str, digest: str, source: Mapping[str, Any], context: s
 
 
 def log_inputs(client, run_id: str, inputs: list, attempts: int = 4) -> None:
-    """``client.log_inputs``, again when another writer inserted the same dataset (name, digest) of
-    the experiment at the same moment: the store checks for it and then inserts, so two syncs of
-    one dataset at once (two clones on a tracking server) hit its unique key; the next attempt
-    finds the dataset and links it."""
+    """``client.log_inputs``, again when another writer inserted the same dataset at the same
+    moment (a unique-key error): the next attempt finds the dataset and links it."""
     from mlflow.exceptions import MlflowException
 
     for attempt in range(attempts):
@@ -415,14 +381,8 @@ def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path
 def sync_units(cfg: TrackingConfig, dataset: str, model: str, current: Sequence[Mapping[str, Any]],
                folders: Mapping[str, Path], extra_tags: Mapping[str, str] = (),
                row: RowFor | None = None) -> dict[str, str]:
-    """Make MLflow agree with the finished units of one model; returns unit key -> run id.
-
-    ``current``: sidecar records of the current plan's finished units; ``folders``: unit key ->
-    its checkpoint folder (weights, description, record), logged as the run's ``model``;
-    ``row``: what a run created now carries of its drift-matrix row (see :func:`create_unit_run`).
-    Syncs of one local store take turns (:func:`store_lock`); on other stores, syncs at once
-    leave each other's unfinished runs alone and keep the same survivor of duplicates.
-    """
+    """Make MLflow agree with the finished units of one model (``current``: their sidecar records;
+    ``folders``: unit key -> checkpoint folder, the run's ``model``); returns unit key -> run id."""
     from driftmatrix.tracking.server import server_errors
 
     uri = tracking_uri(cfg)
@@ -455,7 +415,7 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row) -> dict[
     for key, r in keep.items():
         if r.data.tags.get("dataset") != dataset:  # a renamed dataset
             client.set_tag(r.info.run_id, "dataset", dataset)
-        if cfg.log_models and not _has_model(client, r):  # a run made while log_models was off
+        if cfg.log_models and r.data.tags.get(MODEL_TAG) != _model_format():  # no model, or an older format
             client.log_artifacts(r.info.run_id, str(folders[key]), artifact_path="model")
             client.set_tag(r.info.run_id, MODEL_TAG, _model_format())
     if cfg.register and cfg.log_models:
@@ -487,17 +447,8 @@ def _model_format() -> str:
     return MODEL_FORMAT
 
 
-def _has_model(client, run) -> bool:
-    """Whether ``run`` holds its ``model`` artifact in the current format (``serving``: an MLflow
-    pyfunc model); runs logged before, or in an older format, are logged again."""
-    return run.data.tags.get(MODEL_TAG) == _model_format()
-
-
 def lock_folder(uri: str) -> Path | None:
-    """The folder holding a local store (a sqlite database or a file store), whose lock syncs of
-    that store take; None for stores a file lock cannot reach (servers, databases elsewhere)."""
-    from urllib.parse import urlparse
-
+    """The folder holding a local store (sqlite or file store); None for servers and remote databases."""
     if uri.startswith("sqlite:///"):
         store = Path(uri.removeprefix("sqlite:///"))
     elif uri.startswith("file:"):
@@ -511,16 +462,8 @@ def lock_folder(uri: str) -> Path | None:
 
 @contextlib.contextmanager
 def store_lock(uri: str):
-    """Hold an exclusive lock of a local store until the block ends: two syncs at once (a manual
-    ``driftmatrix evaluate`` beside ``dvc repro``, two clones on one store) take turns instead of
-    deleting each other's runs in flight.
-
-    The lock is an ``flock`` of the folder holding the store (:func:`lock_folder`), not of a
-    file beside it: nothing new appears in the user's tree (``git status`` of a repro stays
-    clean), and stores side by side in one folder merely take turns too. Where the folder cannot
-    be locked (e.g. some network file systems) the sync goes on without: :func:`plan_runs` keeps
-    syncs at once from deleting each other's runs in flight.
-    """
+    """Hold an ``flock`` of the folder holding a local store (no new file in the user's tree) until
+    the block ends, so two syncs take turns; where it cannot be locked the sync goes on without."""
     import fcntl
 
     folder = lock_folder(uri)
@@ -547,15 +490,8 @@ def store_lock(uri: str):
 
 def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_ids: Mapping[str, str],
                   project: str | None = None) -> None:
-    """One version per current unit, tagged with cutoff and seed; superseded versions deleted;
-    aliases ``cutoff-<label>-seed-<s>`` per seed and ``cutoff-<label>`` for the lowest seed.
-    Only what differs is written: a second sync of the same units changes nothing.
-
-    Versions are found by unit key across the model's registered names (``<dataset>.<model>``):
-    a unit's version under another dataset name (renamed since) moves to ``name``; of duplicates
-    (two syncs at once) the oldest version of the unit's run stays. Versions carry the weights'
-    digest and hardware of their run, which :func:`registered_version` resolves by.
-    """
+    """One version per current unit (:func:`registry_plan`), aliases ``cutoff-<label>-seed-<s>`` per seed
+    and ``cutoff-<label>`` for the lowest seed; only what differs is written."""
     from driftmatrix.tracking.pyfunc import quiet_mlflow
 
     from mlflow.exceptions import MlflowException
@@ -563,10 +499,8 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
     try:
         aliases = {a: str(v) for a, v in client.get_registered_model(name).aliases.items()}
     except MlflowException:
-        try:
+        with contextlib.suppress(MlflowException):  # made by another sync meanwhile
             client.create_registered_model(name, tags={"kind": "driftmatrix"})
-        except MlflowException:  # made by another sync meanwhile
-            pass
         aliases = {}
     set_alias = _alias_setter(client)
 
@@ -578,17 +512,14 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
                 set_alias(name, alias, version)
             aliases[alias] = version
 
-    def delete(v) -> None:  # MLflow drops the version's aliases with it
+    model = name.rpartition(".")[2]
+    versions = client.search_model_versions(f"name LIKE {quote('%.' + model)}", max_results=100_000)
+    by_key, stale = registry_plan(versions, name, records, run_ids, project)
+    for v in stale:  # MLflow drops the version's aliases with it
         client.delete_model_version(v.name, v.version)
         if v.name == name:
             for alias in [a for a, n in aliases.items() if n == str(v.version)]:
                 del aliases[alias]
-
-    model = name.rpartition(".")[2]
-    versions = client.search_model_versions(f"name LIKE {quote('%.' + model)}", max_results=100_000)
-    by_key, stale = registry_plan(versions, name, records, run_ids, project)
-    for v in stale:
-        delete(v)
     lowest: dict[str, tuple[int, str]] = {}
     with quiet_mlflow():
         for r in records:
@@ -613,14 +544,9 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
 
 def registry_plan(versions: Sequence[Any], name: str, records: Sequence[Mapping[str, Any]],
                   run_ids: Mapping[str, str], project: str | None = None) -> tuple[dict[str, Any], list[Any]]:
-    """(unit key -> its version to keep, [versions to delete]) among a model's ``versions``.
-
-    Kept: the oldest version under ``name`` of each current unit's run. Deleted: the unit's other
-    versions (duplicates, older runs on the same hardware, other dataset names) and, under
-    ``name``, versions of units redone under a new key in the same slot. Other datasets' units,
-    versions of the unit computed on other hardware, and every version of another ``project`` are
-    left alone.
-    """
+    """(unit key -> its version to keep: the oldest under ``name`` of its run, [versions to delete:
+    its others, from the same hardware, and under ``name`` those of units redone under a new key]);
+    other datasets' units, other hardware's and other ``project``s' versions are left alone."""
     slots = {(r["unit"]["cutoff"], str(r["unit"]["seed"])): r["unit"]["key"] for r in records}
     current = {r["unit"]["key"]: r for r in records}
     keep: dict[str, Any] = {}
@@ -640,9 +566,8 @@ def registry_plan(versions: Sequence[Any], name: str, records: Sequence[Mapping[
 
 
 def _alias_setter(client):
-    """``set_registered_model_alias(name, alias, version)`` of the registry itself when the client
-    exposes it: the public method first reads the whole registered model to rule out a prompt
-    (a model named by us never is), a round trip per alias that doubled the registry sync."""
+    """The registry's own ``set_registered_model_alias`` when exposed: the public one first reads the
+    whole registered model, a round trip per alias that doubled the registry sync."""
     registry = getattr(client, "_get_registry_client", None)
     target = registry() if registry is not None else client
     return getattr(target, "set_registered_model_alias", client.set_registered_model_alias)
@@ -654,24 +579,16 @@ PROJECT_ENV = "DRIFTMATRIX_PROJECT"
 
 
 def project_id() -> str:
-    """This clone's name in a shared store: ``DRIFTMATRIX_PROJECT``, else ``<host>:<working folder>``
-    (``dvc repro`` runs stages in the project folder). A sync supersedes only its own project's
-    runs and versions (and untagged ones, made before the tag)."""
-    import socket
-
+    """This clone's name in a shared store: ``DRIFTMATRIX_PROJECT``, else ``<host>:<working folder>``."""
     return os.environ.get(PROJECT_ENV) or f"{socket.gethostname()}:{Path.cwd().resolve()}"
 
 
 def driver_id() -> str:
-    import socket
-
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _process_gone(driver: str) -> bool:
     """True when ``driver`` (``host:pid``) ran on this host and that process no longer exists."""
-    import socket
-
     host, _, pid = driver.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():
         return False  # another machine's, or not ours to judge
@@ -685,8 +602,7 @@ def _process_gone(driver: str) -> bool:
 
 
 def end_orphaned_runs(client, exp_id: str, tags: Mapping[str, str]) -> int:
-    """Mark KILLED the live RUNNING runs with ``tags`` whose driver process is gone (a stage
-    SIGKILLed mid-run never ends its run itself); returns how many."""
+    """Mark KILLED the RUNNING runs with ``tags`` whose driver process is gone; returns how many."""
     from mlflow.entities import ViewType
 
     filt = tag_filter(tags) + " and attributes.status = 'RUNNING'"
@@ -703,8 +619,7 @@ def end_orphaned_runs(client, exp_id: str, tags: Mapping[str, str]) -> int:
 
 @contextlib.contextmanager
 def stage_run(exp_id: str, run_name: str, tags: Mapping[str, str]):
-    """``mlflow.start_run`` for a stage's own run (audit, matrices), tagged with its driver; runs
-    of the same tags that a killed driver left RUNNING are marked KILLED first."""
+    """``mlflow.start_run`` of a stage's own run, tagged with its driver, after ending killed drivers' runs."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
@@ -716,10 +631,8 @@ def stage_run(exp_id: str, run_name: str, tags: Mapping[str, str]):
 
 def log_rows(cfg: TrackingConfig, rows: Sequence[tuple[str, Mapping[str, float], Path]],
              data: Mapping[str, Any] | None = None, step: int = 0) -> None:
-    """Attach scored drift-matrix rows to their finished runs through the client API (no run is
-    re-opened, so recorded start and end times stay the training times): each row's metrics, the
-    evaluation dataset ``data`` and the artifacts in its folder (``drift_row/...``). ``step``: the
-    number of slices, so a row that grows with a new period keeps its history."""
+    """Attach scored drift-matrix rows (metrics, dataset ``data``, artifacts) to their finished runs
+    without re-opening them; ``step``: the number of slices, so a growing row keeps its history."""
     from mlflow.tracking import MlflowClient
 
     configure(cfg)
@@ -733,10 +646,8 @@ def log_rows(cfg: TrackingConfig, rows: Sequence[tuple[str, Mapping[str, float],
 
 
 def registered_version(client, unit, weights_digest: str | None = None):
-    """The version of ``<dataset>.<model>`` that holds ``unit`` (a ``units.Unit``, by its key) and,
-    when given, the weights ``weights_digest`` the caller's scores came from: this project's
-    first, then the oldest. Never one of another key or other weights: a LookupError, one line
-    naming the unit, the version in its slot and why it is not used."""
+    """The version of ``<dataset>.<model>`` holding ``unit`` (by key) and, when given, its weights:
+    this project's first, then the oldest; else a LookupError saying why the slot's is not used."""
     name, project = registered_name(unit.dataset, unit.model), project_id()
     slot = [v for v in client.search_model_versions(f"name = {quote(name)} and tags.cutoff = {quote(unit.cutoff)}",
                                                     max_results=100_000) if v.tags.get("seed") == str(unit.seed)]
@@ -759,10 +670,7 @@ def registered_version(client, unit, weights_digest: str | None = None):
 
 
 def load_registered(unit, weights_digest: str | None = None) -> Any:
-    """The torch network of ``unit`` (a ``units.Unit``, e.g. ``training.planned_unit``) as
-    registered (:func:`registered_version`): ``mlflow.pyfunc.load_model`` of its version (through
-    ``serving.load``, which checks the folder first; nothing is unpickled), unwrapped (a tabular
-    unit: its ``models.tabular.TabularModel``). ``serving.load(uri)`` gives the pyfunc model itself."""
+    """The network of ``unit`` as registered (:func:`registered_version`), loaded without unpickling."""
     from mlflow.tracking import MlflowClient
 
     from driftmatrix.tracking import pyfunc as serving
