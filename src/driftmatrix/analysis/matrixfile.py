@@ -43,12 +43,12 @@ class DriftMatrices:
         return int(self.seed_values.shape[0])
 
 
-def _nested(a: np.ndarray):
-    """NaN -> None, nested lists, rounded to 6 decimals (far below any printed precision)."""
+def nested_lists(a: np.ndarray, decimals: int = 6):
+    """``a`` as nested lists for JSON, rounded (6: far below any printed precision), NaN and inf -> None."""
     if a.ndim == 0:
         v = float(a)
-        return None if math.isnan(v) else round(v, 6)
-    return [_nested(x) for x in a]
+        return round(v, decimals) if math.isfinite(v) else None
+    return [nested_lists(x, decimals) for x in a]
 
 
 def from_dict(d: dict) -> DriftMatrices:
@@ -74,9 +74,9 @@ PROVENANCE = ("window", "precision", "stale", "missing_cells", "n_eval", "unit_k
 def to_dict(m: DriftMatrices) -> dict:
     return {"dataset": m.dataset, "title": m.model, "metric": m.metric, "unit": m.unit,
             "higherIsBetter": m.higher_is_better, "slices": list(m.slices),
-            "values": _nested(m.mean), "family": m.family, "seeds": m.seeds,
-            "std": _nested(m.std), "seed_values": _nested(m.seed_values),
-            **{k: _nested(np.asarray(m.extra[k], dtype=float)) if k == "n_eval" else m.extra[k]
+            "values": nested_lists(m.mean), "family": m.family, "seeds": m.seeds,
+            "std": nested_lists(m.std), "seed_values": nested_lists(m.seed_values),
+            **{k: nested_lists(np.asarray(m.extra[k], dtype=float)) if k == "n_eval" else m.extra[k]
                for k in PROVENANCE if k in m.extra}}
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import html
 import json
-import math
 
 import numpy as np
 
+from driftmatrix.analysis.matrixfile import nested_lists
 from driftmatrix.reporting import figures
 from driftmatrix.reporting.dvcfiles import n_eval_grid
 
@@ -68,14 +68,6 @@ document.querySelectorAll('#dm-curves input[data-model]').forEach(function(box){
 STYLES = ("", "6 3", "2 2", "6 2 2 2")  # solid, dashed, dotted, dash-dot: as the PNG curves
 
 
-def _nested(a: np.ndarray, d: int):
-    """Nested lists rounded to ``d`` decimals, NaN -> null."""
-    if a.ndim == 0:
-        v = float(a)
-        return None if math.isnan(v) else round(v, d)
-    return [_nested(x, d) for x in a]
-
-
 def _hex(rgba) -> str:
     return "#" + "".join(f"{round(255 * c):02x}" for c in rgba[:3])
 
@@ -91,9 +83,9 @@ def payload(cohort, decimals: int) -> dict:
     for name, m in cohort.models.items():
         n = n_eval_grid(m)
         models.append({
-            "name": name, "mean": _nested(m.mean, decimals + 2),
-            "std": _nested(m.std, decimals + 2) if m.n_seeds > 1 else None,
-            "n_eval": None if n is None else _nested(n, 0),
+            "name": name, "mean": nested_lists(m.mean, decimals + 2),
+            "std": nested_lists(m.std, decimals + 2) if m.n_seeds > 1 else None,
+            "n_eval": None if n is None else nested_lists(n, 0),
             "n_cell": (~np.isnan(m.seed_values)).sum(axis=0).tolist() if np.isnan(m.seed_values).any() else None,
             "n_seeds": m.n_seeds,
             "seeds": list(m.seeds) if m.seeds else None})

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -111,11 +110,8 @@ def run_matrices(folder: str | Path, out_dir: str | Path, shift_threshold: float
     return summaries
 
 
-def _nested(a: np.ndarray):
-    if a.ndim == 0:
-        v = float(a)
-        return None if math.isnan(v) else round(v, 4)
-    return [_nested(x) for x in a]
+def _json(a: np.ndarray):
+    return matrixfile.nested_lists(a, 4)
 
 
 def model_doc(ms: ModelScores, bt: Backtest, ahead: Backtest) -> dict[str, Any]:
@@ -129,14 +125,14 @@ def model_doc(ms: ModelScores, bt: Backtest, ahead: Backtest) -> dict[str, Any]:
         with warnings.catch_warnings():  # cells with no estimate in any seed stay NaN
             warnings.simplefilter("ignore", RuntimeWarning)
             mean_err = np.nanmean(err, axis=0)
-        entry = {"estimate": _nested(est), "error": _nested(err), "mean_error": _nested(mean_err)}
+        entry = {"estimate": _json(est), "error": _json(err), "mean_error": _json(mean_err)}
         if np.isfinite(bt.lo[name]).any():
-            entry["lo"], entry["hi"] = _nested(bt.lo[name]), _nested(bt.hi[name])
+            entry["lo"], entry["hi"] = _json(bt.lo[name]), _json(bt.hi[name])
         methods[name] = entry
     return {"model": ms.model, "family": ms.family, "slices": list(ms.slices), "seeds": list(ms.seeds),
-            "metric": ms.metric, "truth": _nested(ms.values), "label_shift": _nested(bt.label_shift),
-            "estimated_label_shift": _nested(bt.estimated_shift), "methods": methods, "summary": bt.summary,
-            "policy_estimates": _nested(ahead.causal)}
+            "metric": ms.metric, "truth": _json(ms.values), "label_shift": _json(bt.label_shift),
+            "estimated_label_shift": _json(bt.estimated_shift), "methods": methods, "summary": bt.summary,
+            "policy_estimates": _json(ahead.causal)}
 
 
 def csv_rows(backtests: Mapping[str, Mapping[str, Any]]) -> str:

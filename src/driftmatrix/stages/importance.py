@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from driftmatrix.analysis.matrixfile import nested_lists
 from driftmatrix.config import Params
 from driftmatrix.explain.importance import REPEATS, held_out_rows, permutation_importance
 
@@ -43,12 +44,9 @@ def model_importance(params: Params, model: str, slices_dir, checkpoints_dir, fe
         log.info("importance %s cutoff %s: %d held-out rows, top %s", model, exp.labels[i], len(rows),
                  features[int(np.nanargmax(mean))] if len(mean) else "-")
     return {"model": model, "seed": seed, "metric": exp.metric.key, "unit": exp.metric.unit,
-            "features": features, "cutoffs": list(exp.labels), "values": _json(values), "std": _json(std),
+            "features": features, "cutoffs": list(exp.labels),
+            "values": nested_lists(values, 5), "std": nested_lists(std, 5),
             "baseline": baseline, "repeats": REPEATS, "rows": "test splits of each cutoff's window"}
-
-
-def _json(m: np.ndarray) -> list:
-    return [[None if not np.isfinite(v) else round(float(v), 5) for v in row] for row in m]
 
 
 def run(params: Params, slices_dir="outputs/slices", checkpoints_dir="outputs/checkpoints",
