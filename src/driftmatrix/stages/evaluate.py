@@ -21,9 +21,6 @@ from driftmatrix.units.store import CheckpointStore, ScoreStore, current_row
 log = logging.getLogger(__name__)
 
 
-log = logging.getLogger(__name__)
-
-
 def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str | Path,
         out_dir: str | Path, features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
     """Score the plan's missing cells of ``model``; attach each changed row to its unit's run."""

@@ -18,9 +18,6 @@ from driftmatrix.units.store import CheckpointStore
 log = logging.getLogger(__name__)
 
 
-log = logging.getLogger(__name__)
-
-
 def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], executor=None,
                 recipe: ExperimentRecipe | None = None, tags: Mapping[str, str] = ()) -> list[dict[str, Any]]:
     """Train ``units`` through the executor and write each checkpoint as it arrives."""
@@ -93,6 +90,5 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
              exp.plan.window.name, len(exp.plan.units) - len(todo), len(todo))
     overrides = overridden_checks(validation_dir)
     tags = {"validation_override": "; ".join(overrides)} if overrides else {}
-    done = train_units(exp, store, todo, recipe=ExperimentRecipe.of(params, model, slices_dir, features_dir, env),
+    return train_units(exp, store, todo, recipe=ExperimentRecipe.of(params, model, slices_dir, features_dir, env),
                        tags=tags)
-    return done

@@ -151,8 +151,8 @@ def environment_of(precision: str, device: str, threads: int, *, remote_gpus: bo
     return Environment(resolved, kind, threads if kind == "cpu" else None, library_versions(), here)
 
 
-#: Tabular kinds whose estimator is scikit-learn's, which computes with scipy.
-SCIPY_KINDS = ("LogReg", "HistGBT", "Custom")
+#: Libraries a tabular kind computes with besides scikit-learn and skops (scikit-learn's estimators: scipy).
+KIND_LIBRARIES = {"LogReg": ("scipy",), "HistGBT": ("scipy",), "Custom": ("scipy",), "LightGBM": ("lightgbm",)}
 
 
 @functools.cache
@@ -164,19 +164,11 @@ def installed_distributions() -> dict:
 def model_libraries(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
     """Versions of the libraries that compute a tabular model's numbers (scikit-learn, skops, scipy,
     LightGBM, a named estimator's distributions), read from package metadata without import."""
-    from importlib import metadata
-
-    version = package_version
-    out = {"scikit-learn": version("scikit-learn"), "skops": version("skops")}
-    if kind in SCIPY_KINDS:
-        out["scipy"] = version("scipy")
-    if kind == "LightGBM":
-        out["lightgbm"] = version("lightgbm")
+    names = ["scikit-learn", "skops", *KIND_LIBRARIES.get(kind, ())]
     if options.get("estimator"):
         top = str(options["estimator"]).split(".")[0]
-        for dist in installed_distributions().get(top, [top]):
-            out[dist] = version(dist)
-    return dict(sorted(out.items()))
+        names += installed_distributions().get(top, [top])
+    return {dist: package_version(dist) for dist in sorted(set(names))}
 
 
 def where() -> dict[str, str]:

@@ -6,9 +6,8 @@ small picklable description a worker builds it from."""
 from __future__ import annotations
 
 import json
-import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -19,14 +18,9 @@ from driftmatrix.learn.fit import fit, window_train_rows
 from driftmatrix.learn.precision import resolve_device
 from driftmatrix.learn.score import EvalBatches, eval_mask, score_cell
 from driftmatrix.models.spec import TABULAR_FORMAT, TORCH_FORMAT
-from driftmatrix.units.environment import Environment, resolve_environment
+from driftmatrix.units.environment import Environment, hardware, library_versions, resolve_environment, where
 from driftmatrix.units.plan import Cell, ModelPlan, Unit, model_plan
 from driftmatrix.units.store import CheckpointStore
-
-log = logging.getLogger(__name__)
-
-
-log = logging.getLogger(__name__)
 
 
 class ExperimentInfo:
@@ -155,8 +149,6 @@ def check_key(exp: Experiment, unit: Unit) -> None:
     """Raise unless this process computes ``unit`` under the key it was handed (code, data, environment)."""
     import torch
 
-    from driftmatrix.units.environment import library_versions
-
     here = Environment(exp.cfg.precision, exp.device.type,
                        torch.get_num_threads() if exp.device.type == "cpu" else None, library_versions())
     problems = exp.env.differences(here)
@@ -171,9 +163,6 @@ def check_key(exp: Experiment, unit: Unit) -> None:
 
 def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
     """Worker side of one unit: check its key, train, return weights, numbers and hardware (no writes)."""
-    from driftmatrix.units.environment import where
-    from driftmatrix.units.environment import hardware
-
     check_key(exp, unit)
     started = time.time()
     model, losses, n_rows = exp.train_unit(unit)
@@ -188,14 +177,12 @@ def train_task(exp: Experiment, unit: Unit) -> dict[str, Any]:
 def unit_record(exp: Experiment, unit: Unit, result: Mapping[str, Any], data: Mapping[str, Any],
                 tags: Mapping[str, str] = ()) -> dict:
     """The sidecar of a finished unit, what its MLflow run is later made from (``tags``: extra tags)."""
-    from dataclasses import asdict as as_dict
-
-    params = {**as_dict(exp.cfg), "model": unit.model, "family": unit.family, "inputs": exp.spec.inputs,
+    params = {**asdict(exp.cfg), "model": unit.model, "family": unit.family, "inputs": exp.spec.inputs,
               "encoder": exp.spec.encoder or "", "task": exp.meta.task, "split_seed": exp.manifest["split_seed"],
               "test_fraction": exp.manifest["test_fraction"], "device": str(exp.device),
               "window": exp.plan.window.name}
     params.pop("seeds")
-    return {"unit": as_dict(unit), "window": exp.plan.window.name, "params": params, "data": dict(data),
+    return {"unit": asdict(unit), "window": exp.plan.window.name, "params": params, "data": dict(data),
             "losses": result["losses"], "train_rows": result["train_rows"], "started": result["started"],
             "ended": result["ended"], "seconds": result["seconds"], "node": dict(result.get("node") or {}),
             "tags": {**dict(tags), **node_tags(result.get("node"))},
