@@ -134,30 +134,19 @@ class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_HttpOnlyRedirects)
 
 
-def _open(url: str, offset: int, timeout: float):
-    headers = {"User-Agent": "driftmatrix-fetch"}
-    if offset:
-        headers["Range"] = f"bytes={offset}-"
-    return _OPENER.open(urllib.request.Request(check_url(url), headers=headers), timeout=timeout)
-
-
-def _bar(total: int | None, initial: int, name: str, progress: bool):
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, unit="B", unit_scale=True, desc=name, file=sys.stderr,
-                disable=not progress, leave=False)
-
-
 def download(url: str, dest: Path, sha256: str | None = None, size: int | None = None,
              progress: bool = True, timeout: float = 60.0) -> Path:
     """Fetch ``url`` to ``dest`` via ``dest.part``, resuming a partial ``.part`` with an HTTP Range."""
+    from tqdm import tqdm
+
     check_url(url)
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     offset = part.stat().st_size if part.exists() else 0
+    headers = {"User-Agent": "driftmatrix-fetch", **({"Range": f"bytes={offset}-"} if offset else {})}
     try:
-        resp = _open(url, offset, timeout)
+        resp = _OPENER.open(urllib.request.Request(url, headers=headers), timeout=timeout)
     except urllib.error.HTTPError as exc:
         if exc.code == 416 and offset:  # nothing left to send: the .part is already complete
             resp, total = None, offset
@@ -173,7 +162,9 @@ def download(url: str, dest: Path, sha256: str | None = None, size: int | None =
             length = resp.headers.get("Content-Length")
             total = offset + int(length) if length is not None else None
             got = offset
-            with open(part, "ab" if offset else "wb") as out, _bar(total, offset, dest.name, progress) as bar:
+            with open(part, "ab" if offset else "wb") as out, tqdm(
+                    total=total, initial=offset, unit="B", unit_scale=True, desc=dest.name, file=sys.stderr,
+                    disable=not progress, leave=False) as bar:
                 try:
                     for block in iter(lambda: resp.read(CHUNK), b""):
                         out.write(block)
@@ -200,15 +191,6 @@ def _verify(part: Path, dest: Path, sha256: str | None, size: int | None) -> Pat
                              f"removed the corrupt download {part.name}")
     part.replace(dest)
     return dest
-
-
-def _record(dest_dir: Path, remote: Remote, path: Path) -> dict:
-    manifest_path = dest_dir / "fetch.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    entry = {"url": remote.url, "size": path.stat().st_size, "sha256": sha256_of(path)}
-    manifest[remote.file] = entry
-    manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
-    return entry
 
 
 def fetch(dataset: str, dest: str | Path | None = None, url: str | None = None, sha256: str | None = None,
@@ -247,7 +229,9 @@ def fetch(dataset: str, dest: str | Path | None = None, url: str | None = None, 
             if source.manual:
                 raise FetchError(f"{exc}\n{source.manual.format(dest=dest_dir)}") from None
             raise
-        entry = _record(dest_dir, remote, target)
+        entry = manifest[remote.file] = {"url": remote.url, "size": target.stat().st_size,
+                                         "sha256": sha256_of(target)}
+        manifest_path.write_text(json.dumps(manifest, indent=2, sort_keys=True))
         echo(f"{target}: {entry['size']} bytes, sha256 {entry['sha256'][:16]}...")
         done.append(target)
     return done

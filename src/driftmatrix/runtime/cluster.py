@@ -106,14 +106,18 @@ class LocalRayCluster:
                     found.add(p.pid)
         return found
 
-    def _start(self, name: str, args: Sequence[str], timeout: float) -> Node:
+    def _start(self, name: str, command: Sequence[str], timeout: float) -> Node:
+        """Run ``command`` (a ``ray start``) with the options every node of ours shares; resource ``name``."""
         import psutil
 
+        args = [*command, f"--node-ip-address={LOOPBACK}", f"--num-cpus={self.cpus}", "--num-gpus=0",
+                "--object-store-memory=300000000", f"--resources={json.dumps({name: 1})}",
+                f"--dashboard-agent-listen-port={free_port()}", "--disable-usage-stats"]
         before = self._ours()
         env = {**os.environ, **self._env}
         env.pop("RAY_AUTH_TOKEN", None)
         env.pop("RAY_ADDRESS", None)
-        out = subprocess.run(list(args), env=env, capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
         if out.returncode != 0:
             raise RuntimeError(f"ray node {name} did not start (exit {out.returncode}): "
                                f"{(out.stderr or out.stdout).strip()[-2000:]}")
@@ -126,23 +130,14 @@ class LocalRayCluster:
         return node
 
     def start_head(self, timeout: float = 120) -> Node:
-        resources = json.dumps({"head": 1})
-        return self._start("head", [ray_bin(), "start", "--head", f"--node-ip-address={LOOPBACK}",
-                                    f"--port={self.port}", f"--num-cpus={self.cpus}", "--num-gpus=0", "--object-store-memory=300000000",
-                                    f"--resources={resources}", f"--temp-dir={self.temp}",
-                                    "--include-dashboard=false", f"--dashboard-port={free_port()}",
-                                    f"--dashboard-agent-listen-port={free_port()}",
-                                    "--disable-usage-stats"],
-                           timeout)
+        return self._start("head", [ray_bin(), "start", "--head", f"--port={self.port}", f"--temp-dir={self.temp}",
+                                    "--include-dashboard=false", f"--dashboard-port={free_port()}"], timeout)
 
     def add_node(self, name: str | None = None, timeout: float = 120) -> Node:
         """Another node (resource ``name``: default ``node<n>``) joined to the head."""
         name = name or f"node{len(self.nodes)}"
-        resources = json.dumps({name: 1})
-        node = self._start(name, [sys.executable, "-m", "driftmatrix.runtime.cluster", "start", f"--address={self.address}",
-                                  f"--node-ip-address={LOOPBACK}", f"--num-cpus={self.cpus}", "--num-gpus=0", "--object-store-memory=300000000",
-                                  f"--resources={resources}", f"--dashboard-agent-listen-port={free_port()}",
-                                  "--disable-usage-stats"], timeout)
+        node = self._start(name, [sys.executable, "-m", "driftmatrix.runtime.cluster", "start",
+                                  f"--address={self.address}"], timeout)
         self.wait_for(lambda r: r.get(name, 0) >= 1, f"node {name} to join")
         return node
 
@@ -172,21 +167,12 @@ class LocalRayCluster:
         except (IndexError, ValueError):
             return {}
 
-    def workers(self, name: str) -> list[int]:
-        """PIDs of the worker processes of node ``name`` (children of its raylet)."""
-        import psutil
-
-        node = self.nodes[name]
-        with contextlib.suppress(psutil.Error):
-            return [c.pid for c in psutil.Process(node.raylet).children(recursive=True)]
-        return []
-
     def running_task(self, name: str, prefix: str = "ray::train") -> int | None:
         """A worker of node ``name`` running a task whose name starts with ``prefix`` (Ray sets a
         worker's process title to ``ray::<task name>`` while it runs one), or None."""
         import psutil
 
-        for pid in self.workers(name):
+        for pid in self._descendants(self.nodes[name].raylet):  # its raylet's workers
             with contextlib.suppress(psutil.Error):
                 title = " ".join(psutil.Process(pid).cmdline())
                 if title.startswith(prefix):
