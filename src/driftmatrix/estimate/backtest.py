@@ -49,14 +49,12 @@ def history(ms: ModelScores, i: int) -> ModelScores:
                    inputs=None if ms.inputs is None else ms.inputs.upto(i))
 
 
-def held_out(known: ModelScores, s: int, i: int) -> CellStats | None:
-    """The unit's own held-out rows: its test-split cells of the slices in its window."""
-    return pooled(known.stats[s][i][c] for c in known.windows[i] if c < known.K)
-
-
 def reference_stats(known: ModelScores, s: int, i: int, t: int) -> CellStats | None:
-    """The labelled rows an estimate starts from: held-out rows when t = i, else its cell of period t."""
-    return held_out(known, s, i) if t == i else known.stats[s][i][t]
+    """The labelled rows an estimate starts from: when t = i the unit's held-out rows (its test-split
+    cells of the slices in its window), else its cell of period t."""
+    if t != i:
+        return known.stats[s][i][t]
+    return pooled(known.stats[s][i][c] for c in known.windows[i] if c < known.K)
 
 
 def held_out_weights(known: ModelScores, i: int, target_x: np.ndarray | None, period,

@@ -11,7 +11,6 @@ downloaded folder before ``mlflow.pyfunc.load_model``."""
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.util
 import io
 import json
@@ -35,6 +34,7 @@ from driftmatrix.features.transform import (as_frame, forward, load_encoder, loa
                                             output_columns, outputs_to_scores)
 from driftmatrix.models.spec import DESCRIPTION, RECORD, TABULAR_FORMAT, TORCH_FORMAT, WEIGHTS
 from driftmatrix.data.table import DataError
+from driftmatrix.units.store import file_digest
 
 #: ``model_logged`` tag of a run whose ``model`` artifact is this format (others are logged again).
 #: 2: raw feature rows of any dtype (signature: required columns of any type), Prior on tables.
@@ -257,8 +257,7 @@ class ModelFolders(Mapping):
     """unit key -> the unit's MLflow model folder, made on first access inside the ``with`` block."""
 
     def __init__(self, params, exp, folders: Mapping[str, Path], slices_dir: str | Path | None = None):
-        self.params, self.exp, self.folders = params, exp, dict(folders)
-        self.slices_dir = slices_dir
+        self.params, self.exp, self.folders, self.slices_dir = params, exp, dict(folders), slices_dir
         self.made: dict[str, Path] = {}
         self.tmp: tempfile.TemporaryDirectory | None = None
         self.template: Path | None = None
@@ -338,7 +337,7 @@ def verify(folder: str | Path, name: str | None = None) -> dict[str, Any]:
     if flavor.get("python_model") or flavor.get("code"):
         problems.append("a pickled Python model or extra code paths")
     code = folder / os.path.basename(str(flavor.get("model_code_path") or ""))
-    if not code.is_file() or _digest(code) != _digest(code_file()):
+    if not code.is_file() or file_digest(code) != file_digest(code_file()):
         problems.append(f"model code {code.name!r} is not this package's {CODE_FILE}")
     for name, art in (flavor.get("artifacts") or {}).items():
         path = (folder / str(art.get("path", ""))).resolve()
@@ -371,10 +370,6 @@ def _description_problems(path: Path, config: Mapping[str, Any]) -> list[str]:
     elif desc.get("format") != TORCH_FORMAT:
         return [f"{DESCRIPTION} format {desc.get('format')!r}"]
     return []
-
-
-def _digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def load(uri: str, model_config: Mapping[str, Any] | None = None):

@@ -60,7 +60,7 @@ def explain(exc: BaseException, uri: str | None = None) -> str | None:
     seen: set[int] = set()
     cur: BaseException | None = exc
     # a store named as local has no server; unnamed (the CLI's catch-all), the error's URL decides
-    over_http = uri is None or str(uri).startswith(("http://", "https://"))
+    over_http = uri is None or is_server(str(uri))
     uri = uri or os.environ.get("MLFLOW_TRACKING_URI")
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
