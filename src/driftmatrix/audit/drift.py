@@ -141,16 +141,13 @@ def mmd2_test(x: np.ndarray, y: np.ndarray, sigma: float, permutations: int,
 def mmd_matrix(samples: Sequence[np.ndarray], max_n: int = 300, permutations: int = 200,
                seed: int = 0) -> tuple[np.ndarray, np.ndarray, float]:
     """(K x K squared MMD, K x K p-values, bandwidth), each slice subsampled to ``max_n`` rows once."""
-    rng = np.random.default_rng(seed)
+    rng, k = np.random.default_rng(seed), len(samples)
     subs = [subsample(s, max_n, rng) if len(s) else None for s in samples]
     present = [s for s in subs if s is not None]
-    if not present:
-        k = len(samples)
-        return np.full((k, k), np.nan), np.full((k, k), np.nan), float("nan")
-    pool = subsample(np.vstack(present), 1000, rng)
-    sigma = median_bandwidth(pool)
-    k = len(subs)
     mmd, pval = np.full((k, k), np.nan), np.full((k, k), np.nan)
+    if not present:
+        return mmd, pval, float("nan")
+    sigma = median_bandwidth(subsample(np.vstack(present), 1000, rng))
     for i in range(k):
         if subs[i] is None:
             continue

@@ -46,13 +46,16 @@ def sample_values(values: np.ndarray, slice_ids: np.ndarray, k: int, max_n: int,
     return out
 
 
-def numeric_matrix(values: np.ndarray, slice_ids: np.ndarray, k: int, max_n: int = 5000, seed: int = 0) -> np.ndarray:
-    parts = sample_values(values, slice_ids, k, max_n, seed)
-    out = np.zeros((k, k))
-    for i in range(k):
-        for j in range(i + 1, k):
-            out[i, j] = out[j, i] = ks_statistic(parts[i], parts[j])
+def symmetric(parts: Sequence, fn) -> np.ndarray:
+    """K x K ``fn(parts[i], parts[j])`` of every pair i < j, mirrored; 0 on the diagonal."""
+    out = np.zeros((len(parts), len(parts)))
+    for i, j in zip(*np.triu_indices(len(parts), 1)):
+        out[i, j] = out[j, i] = fn(parts[i], parts[j])
     return out
+
+
+def numeric_matrix(values: np.ndarray, slice_ids: np.ndarray, k: int, max_n: int = 5000, seed: int = 0) -> np.ndarray:
+    return symmetric(sample_values(values, slice_ids, k, max_n, seed), ks_statistic)
 
 
 def category_counts(values: Sequence[Any], slice_ids: np.ndarray, k: int) -> tuple[list[str], np.ndarray]:
@@ -63,12 +66,7 @@ def category_counts(values: Sequence[Any], slice_ids: np.ndarray, k: int) -> tup
 
 
 def categorical_matrix(values: Sequence[Any], slice_ids: np.ndarray, k: int) -> np.ndarray:
-    _, counts = category_counts(values, slice_ids, k)
-    out = np.zeros((k, k))
-    for i in range(k):
-        for j in range(i + 1, k):
-            out[i, j] = out[j, i] = js_distance(counts[i], counts[j])
-    return out
+    return symmetric(category_counts(values, slice_ids, k)[1], js_distance)
 
 
 def unseen_matrix(frame: pd.DataFrame, categorical: Sequence[str], slice_ids: np.ndarray,

@@ -1,12 +1,10 @@
-"""A real multi-node Ray cluster on this machine, on loopback only (tests, benchmarks, trying a
-cluster recipe out).
+"""A real multi-node Ray cluster on 127.0.0.1 (tests, benchmarks, trying a cluster recipe out).
 
-:class:`LocalRayCluster` starts a head and nodes, each with its own CPUs and a custom resource,
-bound to 127.0.0.1 under a temp folder of its own, with Ray's token authentication and a token of
-its own; it stops exactly its own processes (``ray stop`` would stop every Ray of the user) and can
-kill one node mid-stage. With Ray's "this machine only" switch set, ``ray start --address`` refuses
-to add a node, so a node starts through ``python -m driftmatrix.runtime.cluster start ...``: Ray's
-own ``ray start`` with that refusal lifted. Real machines use plain ``ray start`` (docs/scaling.md)."""
+:class:`LocalRayCluster` gives each node its own CPUs and custom resource, and the cluster its own temp
+folder and auth token; it stops exactly its own processes (``ray stop`` would stop every Ray of the user)
+and can kill one node mid-stage. Ray's "this machine only" switch makes ``ray start --address`` refuse a
+second node, so nodes start through ``python -m driftmatrix.runtime.cluster start ...``: ``ray start``
+with that refusal lifted. Real machines use plain ``ray start`` (docs/scaling.md)."""
 
 from __future__ import annotations
 

@@ -106,10 +106,13 @@ class Environment:
         return [f"{k}: {a[k]!r} != {b[k]!r}" for k in a if a[k] != b[k]]
 
 
-def cpu_hardware() -> str:
-    """``<arch> <instruction set torch dispatches to> (<CPU model>)``, e.g. ``x86_64 AVX2 (AMD EPYC)``."""
+def hardware(device) -> str:
+    """What computes on ``device``: the GPU's name, or ``<arch> <instruction set torch dispatches to>
+    (<CPU model>)``, e.g. ``x86_64 AVX2 (AMD EPYC)``."""
     import torch
 
+    if getattr(device, "type", str(device)).startswith("cuda"):
+        return f"cuda {torch.cuda.get_device_name(device)} (capability {torch.cuda.get_device_capability(device)})"
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "?")()
     model = ""
     try:
@@ -121,15 +124,6 @@ def cpu_hardware() -> str:
     except OSError:
         model = platform.processor()
     return f"{platform.machine()} {capability}" + (f" ({model})" if model else "")
-
-
-def hardware(device) -> str:
-    """What computes on ``device``: the GPU's name, or the CPU's instruction set and model."""
-    import torch
-
-    if getattr(device, "type", str(device)).startswith("cuda"):
-        return f"cuda {torch.cuda.get_device_name(device)} (capability {torch.cuda.get_device_capability(device)})"
-    return cpu_hardware()
 
 
 def environment_of(precision: str, device: str, threads: int, *, remote_gpus: bool = False) -> Environment:
