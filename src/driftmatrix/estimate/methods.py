@@ -169,8 +169,7 @@ def importance_weighted(source: CellStats, target: CellStats, per_group: int = 2
         w2_sum += float((src * w * w).sum())
     ess = w_sum ** 2 / w2_sum if w2_sum > 0 else 0.0
     flags = {"ess": round(ess, 1), "low_ess": bool(ess < min_ess), "outside_support": round(outside / n_t, 4)}
-    return Estimate(_pct(est), flags=flags).interval(
-        _pct(math.sqrt(var_est + var_tgt)))
+    return Estimate(_pct(est), flags=flags).interval(_pct(math.sqrt(var_est + var_tgt)))
 
 
 def importance_weighted_inputs(right: np.ndarray, weights: np.ndarray, n_target: int,

@@ -172,18 +172,13 @@ def input_example(config: Mapping[str, Any], slices_dir: str | Path | None):
 
 def requirements(config: Mapping[str, Any] | None = None) -> list[str]:
     """Pinned pip requirements of a model: the libraries its code imports."""
-    from importlib import metadata
+    from driftmatrix.units.environment import package_version
 
     names = ["mlflow", "torch", "safetensors", "numpy", "pandas", "pillow"]
     if (config or {}).get("inputs") == "table":
         names += ["scikit-learn", "skops", "lightgbm"]
-    out = []
-    for name in names:
-        try:
-            out.append(f"{name}=={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            out.append(name)
-    return out
+    versions = {name: package_version(name) for name in names}
+    return [name if v == "absent" else f"{name}=={v}" for name, v in versions.items()]
 
 
 def code_file() -> Path:

@@ -1,10 +1,4 @@
-"""A shared MLflow tracking server: how the pipeline talks to one.
-
-:func:`http_retry_defaults`: MLflow's own retry defaults wait about four minutes before a request
-fails; the pipeline sets about 15-20 s unless the user set ``MLFLOW_HTTP_REQUEST_*`` themselves, so
-a server restart is bridged and a server that is down stops the stage within half a minute.
-:func:`explain`: a server that stays down stops the stage with one line, no traceback; nothing is
-lost, as the next run's sync completes MLflow from the checkpoints."""
+"""A shared MLflow tracking server: how the pipeline talks to one."""
 
 from __future__ import annotations
 
@@ -26,7 +20,9 @@ def is_server(uri: str) -> bool:
 
 
 def http_retry_defaults(uri: str) -> None:
-    """The pipeline's retry settings for a tracking server (module doc), where the user set none."""
+    """About 15-20 s of retries for a tracking server where the user set no ``MLFLOW_HTTP_REQUEST_*``:
+    MLflow's own defaults wait about four minutes, so a restart is bridged and a server that is down
+    stops the stage within half a minute."""
     if is_server(uri):
         for key, value in RETRY_DEFAULTS.items():
             os.environ.setdefault(key, value)
@@ -88,7 +84,8 @@ class TrackingServerDown(ConfigError):
 
 @contextlib.contextmanager
 def server_errors(uri: str):
-    """Turn a tracking server that stays unreachable into :class:`TrackingServerDown` (one line)."""
+    """Turn a tracking server that stays unreachable into :class:`TrackingServerDown` (one line, no
+    traceback): nothing is lost, as the next run's sync completes MLflow from the checkpoints."""
     try:
         yield
     except TrackingServerDown:
