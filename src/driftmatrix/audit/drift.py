@@ -46,13 +46,11 @@ def pairwise(items: Sequence, fn: Callable[[object, object], float]) -> np.ndarr
     """K x K matrix ``fn(items[i], items[j])``; NaN where either item is missing (None / NaN)."""
     k = len(items)
     out = np.full((k, k), np.nan)
+    ok = [x is not None and not (isinstance(x, np.ndarray) and np.isnan(x).any()) for x in items]
     for i in range(k):
         for j in range(k):
-            a, b = items[i], items[j]
-            if a is None or b is None or (isinstance(a, np.ndarray) and np.isnan(a).any()) \
-                    or (isinstance(b, np.ndarray) and np.isnan(b).any()):
-                continue
-            out[i, j] = fn(a, b)
+            if ok[i] and ok[j]:
+                out[i, j] = fn(items[i], items[j])
     return out
 
 

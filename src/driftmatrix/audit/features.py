@@ -1,10 +1,7 @@
-"""Per-feature drift of a feature table: pure functions.
-
-For every feature a K x K matrix compares slice i with slice j: the Kolmogorov-Smirnov statistic for
-numeric values present, the Jensen-Shannon distance of category shares (missing as a category) for
-categorical ones. Both lie in [0, 1], so features rank against each other (:func:`ranking`,
-:func:`top_features`). :func:`unseen_matrix` is the share of period j's rows holding a category the
-window of cutoff i never saw: what the tabular models meet as "unseen"."""
+"""Per-feature drift of a feature table (pure): per feature a K x K matrix comparing slice i with j,
+the Kolmogorov-Smirnov statistic of the numeric values present or the Jensen-Shannon distance of
+category shares (missing as a category). Both lie in [0, 1], so features rank against each other
+(:func:`ranking`, :func:`top_features`)."""
 
 from __future__ import annotations
 
@@ -71,7 +68,8 @@ def categorical_matrix(values: Sequence[Any], slice_ids: np.ndarray, k: int) -> 
 
 def unseen_matrix(frame: pd.DataFrame, categorical: Sequence[str], slice_ids: np.ndarray,
                   train: np.ndarray, k: int) -> np.ndarray:
-    """``M[i, j]``: share of slice j's rows with a category the training rows of slices 0..i lack."""
+    """``M[i, j]``: share of slice j's rows with a category the training rows of slices 0..i lack: what
+    the tabular models meet as "unseen"."""
     out = np.zeros((k, k))
     if not len(categorical):
         return out

@@ -182,7 +182,8 @@ def _verify(part: Path, dest: Path, sha256: str | None, size: int | None) -> Pat
     actual = part.stat().st_size
     if size is not None and actual != size:
         part.unlink()
-        raise FetchError(f"{dest.name}: size {actual} bytes, expected {size}; removed {part.name}, rerun to fetch again")
+        raise FetchError(f"{dest.name}: size {actual} bytes, expected {size}; removed {part.name}, "
+                         "rerun to fetch again")
     if sha256 is not None:
         digest = sha256_of(part)
         if digest.lower() != sha256.lower():

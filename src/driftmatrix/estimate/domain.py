@@ -1,10 +1,7 @@
-"""Input-space domain classifier for ``IW-inputs``: per-slice input features, and importance weights
-of a unit's held-out rows towards a new period.
-
-The features do not depend on the model, so they are read once per dataset and a (window, period)
-pair's weights are shared by every seed and model. Only pixel datasets and feature tables have
-features here; text would need a model-dependent embedding. All but the ``read_*`` functions are
-pure."""
+"""Input-space domain classifier for ``IW-inputs``: per-slice input features and importance weights of
+a unit's held-out rows towards a new period. The features do not depend on the model, so they are read
+once per dataset and a (window, period) pair's weights serve every seed and model. Only pixel datasets
+and feature tables have them (text would need a model-dependent embedding). All but ``read_*`` is pure."""
 
 from __future__ import annotations
 
@@ -123,7 +120,8 @@ class WeightCache:
     def __init__(self):
         self.done: dict[tuple[tuple[int, ...], object], tuple[np.ndarray, float]] = {}
 
-    def get(self, window: Sequence[int], period, source_x: np.ndarray, target_x: np.ndarray) -> tuple[np.ndarray, float]:
+    def get(self, window: Sequence[int], period, source_x: np.ndarray,
+            target_x: np.ndarray) -> tuple[np.ndarray, float]:
         key = (tuple(int(c) for c in window), period)
         if key not in self.done:
             self.done[key] = domain_weights(source_x, target_x)

@@ -59,9 +59,8 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
             docs[u.key]["seconds"] = seconds
             if docs[u.key]["cells"] and not missing:
                 scores.write(u.key, docs[u.key])
-    n_cells = sum(len(m) for _, m, _ in todo)
-    log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes), n_cells,
-             len(todo))
+    log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes),
+             sum(len(m) for _, m, _ in todo), len(todo))
     recipe = ExperimentRecipe.of(params, model, slices_dir, features_dir, env)
     for (unit, _, _), cells in make_executor(runtime_config(params)).map(
             score_task, recipe, todo, model=model, label="evaluate", context=None if in_workers else exp):
@@ -91,7 +90,8 @@ def current_doc(doc: dict[str, Any], weights_digest: str) -> dict[str, Any]:
     return doc
 
 
-def sync(params: Params, exp, store: CheckpointStore, rows=None, slices_dir: str | Path | None = None) -> dict[str, str]:
+def sync(params: Params, exp, store: CheckpointStore, rows=None,
+         slices_dir: str | Path | None = None) -> dict[str, str]:
     """MLflow runs, registry versions and aliases for every finished unit, new runs with their matrix row."""
     from driftmatrix.tracking import pyfunc as serving
     from driftmatrix.tracking import runs as tracking

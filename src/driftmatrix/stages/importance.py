@@ -61,8 +61,7 @@ def run(params: Params, slices_dir="outputs/slices", checkpoints_dir="outputs/ch
     for model in params.models:
         if get(model).inputs != "table":
             continue
-        res = model_importance(params, model, slices_dir, checkpoints_dir, features_dir)
-        results[model] = res
+        res = results[model] = model_importance(params, model, slices_dir, checkpoints_dir, features_dir)
         (out / f"{model}.json").write_text(json.dumps(res, indent=2))
         grid = np.array([[np.nan if v is None else v for v in row] for row in res["values"]], dtype=float)
         png = figures.feature_grid(grid, res["features"], res["cutoffs"],

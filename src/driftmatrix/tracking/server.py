@@ -62,7 +62,8 @@ def explain(exc: BaseException, uri: str | None = None) -> str | None:
         seen.add(id(cur))
         text, name, module = str(cur), type(cur).__name__, type(cur).__module__
         match = _REQUEST.search(text)
-        if over_http and (match or module.startswith(("requests", "urllib3"))) and any(k in text or k == name for k in _DOWN):
+        if over_http and (match or module.startswith(("requests", "urllib3"))) \
+                and any(k in text or k == name for k in _DOWN):
             reason = "connection refused" if "refused" in text else \
                 "too many errors" if "too many" in text.lower() or "ResponseError" in text else "no answer"
             retries = os.environ.get("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "7")
