@@ -19,7 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Mapping, Sequence
 
 import numpy as np
@@ -323,6 +323,7 @@ class Recommendation:
     model: str | None  # None: nothing worth deploying
     run: Run | None
     text: str
+    per_model: Mapping[str, Run] = field(default_factory=dict)  # each model's best deployable run
 
 
 def recommend(runs: Mapping[str, Sequence[Run]], families: Mapping[str, str | None], cost: float = 0.0,
@@ -337,7 +338,7 @@ def recommend(runs: Mapping[str, Sequence[Run]], families: Mapping[str, str | No
     learned = [m for m in best if families.get(m) != BASELINE_FAMILY]
     base = [m for m in best if families.get(m) == BASELINE_FAMILY]
     if not learned:
-        return Recommendation(None, None, "No model that learns was scored: nothing to recommend.")
+        return Recommendation(None, None, "No model that learns was scored: nothing to recommend.", best)
 
     def pick(models):
         i = pick_best([sign * best[m].score for m in models], [best[m].retrains for m in models], cost, budget)
@@ -354,9 +355,9 @@ def recommend(runs: Mapping[str, Sequence[Run]], families: Mapping[str, str | No
         if not margin > noise:
             return Recommendation(None, None, (
                 f"No model beats the {b_model} baseline ({b_run.score:.2f}{unit}) by more than the seed "
-                f"noise ({noise:.2f}): the best, {said}, is {margin:+.2f} ahead. Deploy none of them."))
+                f"noise ({noise:.2f}): the best, {said}, is {margin:+.2f} ahead. Deploy none of them."), best)
         said += f", {margin:.2f} ahead of the {b_model} baseline (noise {noise:.2f})"
-    return Recommendation(model, run, f"Deploy {said}.")
+    return Recommendation(model, run, f"Deploy {said}.", best)
 
 
 # --- the contract: policies.csv and <model>.json (no I/O here) ------------------------------

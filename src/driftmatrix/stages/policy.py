@@ -67,8 +67,7 @@ def seconds_of(dm) -> np.ndarray | None:
 @dataclass(frozen=True)
 class Outcome:
     runs: dict  # model -> [pol.Run]
-    rec: pol.Recommendation
-    per_model: dict  # model -> its best deployable run at the price of a retrain
+    rec: pol.Recommendation  # with each model's best deployable run at the price of a retrain
     cohort: Cohort
 
 
@@ -77,7 +76,7 @@ def compute(cohort: Cohort, cfg: PolicyConfig, E: Mapping[str, np.ndarray] | Non
     runs = {m: pol.evaluate(st, cfg.label_delay, (E or {}).get(m), D, seconds_of(cohort.models[m]),
                             cohort.higher_is_better, cfg.retrain_cost, cfg.budget) for m, st in cohort.stacks.items()}
     rec = pol.recommend(runs, cohort.families, cfg.retrain_cost, cfg.budget, cohort.higher_is_better, cohort.unit)
-    return Outcome(runs, rec, pol.best_deployable(runs, cfg.retrain_cost, cfg.budget, cohort.higher_is_better), cohort)
+    return Outcome(runs, rec, cohort)
 
 
 def _run_doc(r: pol.Run) -> dict:
@@ -93,17 +92,17 @@ def _run_doc(r: pol.Run) -> dict:
 def recommendation_doc(o: Outcome, cfg: PolicyConfig) -> dict:
     return {"model": o.rec.model, "text": o.rec.text, "retrain_cost": cfg.retrain_cost, "budget": cfg.budget,
             "label_delay": cfg.label_delay, **({} if o.rec.run is None else {"run": _run_doc(o.rec.run)}),
-            "per_model": {m: _run_doc(r) for m, r in o.per_model.items()}}
+            "per_model": {m: _run_doc(r) for m, r in o.rec.per_model.items()}}
 
 
 def metrics_doc(o: Outcome) -> dict:
     """Flat numbers per model for `dvc exp show`: never, the chosen policy, each nested trigger, the oracle."""
     out: dict = {"recommended": o.rec.model or "none"}
     for m, rs in o.runs.items():
-        by = {(r.policy, r.param): r for r in rs}
         if not rs:
             continue
-        best = o.per_model.get(m)
+        by = {(r.policy, r.param): r for r in rs}
+        best = o.rec.per_model.get(m)
         rec = {"never": pol.json_number(by["never", None].score)}
         if best is not None:
             k = min(int(round(best.retrains)), max(r.param for r in rs if r.policy == "oracle"))
