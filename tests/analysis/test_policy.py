@@ -236,6 +236,13 @@ def test_recommend_never_picks_the_baseline_and_says_when_nothing_beats_it():
     assert rec.model is None
 
 
+def test_with_one_seed_the_recommendation_says_the_noise_is_unknown_not_zero():
+    one = {m: [policy.Run("never", None, 0, [[0]], np.array([v]))] for m, v in (("CNN-S", 80.0), ("Prior", 60.0))}
+    rec = policy.recommend(one, {"CNN-S": "CNN", "Prior": "Baseline"})
+    assert rec.model == "CNN-S" and "seed noise unknown with one seed" in rec.text and "noise 0.00" not in rec.text
+    assert "seed noise 1." in policy.recommend(_runs(80.0, 60.0), {"Prior": "Baseline"}).text
+
+
 def test_recommend_trades_score_for_retrains_by_cost_and_budget():
     stack = np.stack([np.triu(np.full((6, 6), -4.0)).cumsum(1) + 100 for _ in range(2)])  # -4 per lag
     runs = {"CNN-S": policy.evaluate(stack)}

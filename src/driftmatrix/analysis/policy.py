@@ -351,12 +351,14 @@ def recommend(runs: Mapping[str, Sequence[Run]], families: Mapping[str, str | No
         b_model, b_run = pick(base)
         se = [r.std / math.sqrt(len(r.scores)) if np.isfinite(r.std) else 0.0 for r in (run, b_run)]
         noise = 2 * math.hypot(*se)
+        # one seed has no spread: the guard is then blind, and the text says so instead of "noise 0.00"
+        known = f"{noise:.2f}" if np.isfinite(run.std) and np.isfinite(b_run.std) else "unknown with one seed"
         margin = sign * (run.score - b_run.score)
         if not margin > noise:
             return Recommendation(None, None, (
                 f"No model beats the {b_model} baseline ({b_run.score:.2f}{unit}) by more than the seed "
-                f"noise ({noise:.2f}): the best, {said}, is {margin:+.2f} ahead. Deploy none of them."), best)
-        said += f", {margin:.2f} ahead of the {b_model} baseline (noise {noise:.2f})"
+                f"noise ({known}): the best, {said}, is {margin:+.2f} ahead. Deploy none of them."), best)
+        said += f", {margin:.2f} ahead of the {b_model} baseline (seed noise {known})"
     return Recommendation(model, run, f"Deploy {said}.", best)
 
 
