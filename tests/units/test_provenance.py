@@ -316,3 +316,14 @@ def test_library_versions_come_from_package_metadata():
     assert environment.package_version("no-such-distribution-here") == "absent"
     assert library_versions("LogReg", {})["scipy"] == metadata.version("scipy")
     assert "scipy" not in library_versions("LightGBM", {}) and "scipy" not in library_versions("MLP", {})
+
+
+def test_distributions_of_a_module_agree_with_importlib_for_every_installed_module():
+    from importlib import metadata
+
+    full = metadata.packages_distributions()
+    assert {top: environment.distributions_of(top) for top in full} == full
+    assert environment.distributions_of("sklearn") == ["scikit-learn"]
+    assert environment.distributions_of("no_such_module_here") == []
+    assert environment.model_libraries("Custom", {"estimator": "sklearn.svm.SVC"})["scikit-learn"] \
+        == metadata.version("scikit-learn")

@@ -215,21 +215,31 @@ def quiet_mlflow():
         logger.setLevel(level)
 
 
-def stamp(template: Path, unit_folder: Path, dest: Path) -> Path:
-    """The unit's model folder from a template: its files linked, its artifacts, a fresh ``MLmodel``."""
+def template_parts(template: Path) -> tuple[list[Path], dict]:
+    """What :func:`stamp` takes from a saved template, read once: the files units share, its ``MLmodel``."""
     import yaml
 
+    shared = [src.relative_to(template) for src in sorted(template.rglob("*")) if not src.is_dir()]
+    shared = [rel for rel in shared if rel.parts[0] != "artifacts" and rel.name != "MLmodel"]
+    return shared, yaml.load((template / "MLmodel").read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+
+
+def stamp(template: Path, parts: tuple[list[Path], dict], unit_folder: Path, dest: Path) -> Path:
+    """The unit's model folder from a template (``parts``: its :func:`template_parts`): its files
+    linked, its artifacts, a fresh ``MLmodel`` (libyaml's emitter where PyYAML has it: 10x faster)."""
+    import copy
+
+    import yaml
+
+    shared, mlmodel = parts
     dest.mkdir(parents=True)
-    for src in template.rglob("*"):
-        rel = src.relative_to(template)
-        if src.is_dir() or rel.parts[0] == "artifacts" or rel.name == "MLmodel":
-            continue
+    for rel in shared:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        _link_or_copy(src, dest / rel)
+        _link_or_copy(template / rel, dest / rel)
     (dest / "artifacts").mkdir(exist_ok=True)
     for file in ARTIFACTS.values():
         _link_or_copy(unit_folder / file, dest / "artifacts" / file)
-    doc = yaml.safe_load((template / "MLmodel").read_text())
+    doc = copy.deepcopy(mlmodel)
     flavor = doc["flavors"]["python_function"]
     flavor["model_code_path"] = CODE_FILE
     for name, file in ARTIFACTS.items():
@@ -237,7 +247,8 @@ def stamp(template: Path, unit_folder: Path, dest: Path) -> Path:
     doc["model_uuid"] = uuid.uuid4().hex
     doc["utc_time_created"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")
     doc["model_size_bytes"] = sum(p.stat().st_size for p in dest.rglob("*") if p.is_file())
-    (dest / "MLmodel").write_text(yaml.safe_dump(doc, sort_keys=False, default_flow_style=False))
+    (dest / "MLmodel").write_text(yaml.dump(doc, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper),
+                                            sort_keys=False, default_flow_style=False))
     return dest
 
 
@@ -256,6 +267,7 @@ class ModelFolders(Mapping):
         self.made: dict[str, Path] = {}
         self.tmp: tempfile.TemporaryDirectory | None = None
         self.template: Path | None = None
+        self.parts: tuple[list[Path], dict] = ([], {})
 
     def __enter__(self) -> "ModelFolders":
         self.tmp = tempfile.TemporaryDirectory(prefix="driftmatrix-models-")
@@ -299,7 +311,8 @@ class ModelFolders(Mapping):
             config = serving_config(self.params, self.exp, self.image_shape())
             self.template = root / "template"
             save_template(self.template, Path(self.folders[key]), config, input_example(config, self.slices_dir))
-        self.made[key] = stamp(self.template, Path(self.folders[key]), root / "units" / key)
+            self.parts = template_parts(self.template)
+        self.made[key] = stamp(self.template, self.parts, Path(self.folders[key]), root / "units" / key)
         return self.made[key]
 
 

@@ -8,6 +8,7 @@ which machine runs ``matrices`` or ``status``. Hardware names a unit's runs, not
 from __future__ import annotations
 
 import contextlib
+import csv
 import functools
 import hashlib
 import platform
@@ -150,9 +151,23 @@ KIND_LIBRARIES = {"LogReg": ("scipy",), "HistGBT": ("scipy",), "Custom": ("scipy
 
 
 @functools.cache
-def installed_distributions() -> dict:
-    """Top-level module -> distributions, read once per process (a scan of site-packages: 1-3 s)."""
-    return metadata.packages_distributions()
+def distributions_of(top: str) -> list[str]:
+    """The distributions installing top-level module ``top``, as ``metadata.packages_distributions()``
+    lists them, read from each one's ``top_level.txt`` or else its RECORD's raw text (that function
+    builds a path object for every installed file: 1-3 s a process)."""
+    found = []
+    for dist in metadata.distributions():
+        listed = (dist.read_text("top_level.txt") or "").split()
+        if listed:
+            tops = set(listed)
+        else:
+            record = dist.read_text("RECORD")
+            files = (row[0] for row in csv.reader(record.splitlines()) if row) if record is not None \
+                else map(str, dist.files or ())
+            tops = {f.split("/", 1)[0] if "/" in f else f[:-3] for f in files if f.endswith(".py")}
+        if top in tops:
+            found.append(dist.metadata["Name"])
+    return found
 
 
 def model_libraries(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
@@ -161,7 +176,7 @@ def model_libraries(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
     names = ["scikit-learn", "skops", *KIND_LIBRARIES.get(kind, ())]
     if options.get("estimator"):
         top = str(options["estimator"]).split(".")[0]
-        names += installed_distributions().get(top, [top])
+        names += distributions_of(top) or [top]
     return {dist: package_version(dist) for dist in sorted(set(names))}
 
 
