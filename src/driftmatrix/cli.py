@@ -150,12 +150,14 @@ def validate(params: Path = PARAMS_OPT, slices: Path = SLICES_OPT,
 @app.command()
 def audit(params: Path = PARAMS_OPT, slices: Path = SLICES_OPT,
           out: Path = typer.Option(Path("outputs/audit")),
-          validation: Path = typer.Option(Path("outputs/validation"))) -> None:
+          validation: Path = typer.Option(Path("outputs/validation")),
+          track: bool = typer.Option(True, help="Log the audit's MLflow run (the DVC stage: --no-track; "
+                                                "`driftmatrix report --track` logs it).")) -> None:
     """Between-slice label/covariate drift matrices, prevalence, plots and report.html, from the
     slices alone (`driftmatrix report` correlates them with the models' decay)."""
     from driftmatrix.stages import audit as stage
 
-    result = stage.run(load_params(params), slices, out, validation)
+    result = stage.run(load_params(params), slices, out, validation, track=track)
     typer.echo(f"audit of {result['dataset']}: {', '.join(result['measures'])} -> {out / 'report.html'}")
 
 

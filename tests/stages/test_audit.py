@@ -149,3 +149,28 @@ def test_cached_features_get_an_mmd_matrix(tmp_path):
     np.save(tmp_path / "bad.npy", feats[:10])
     with pytest.raises(Exception, match="bad.npy has 10 rows"):
         measures.covariate_measures(slices, measures.AuditConfig(features=(str(tmp_path / "bad.npy"),)))
+
+
+def test_untracked_audit_logs_nothing_and_its_folder_logs_the_same_run(tmp_path, monkeypatch):
+    """The DVC stage runs `audit --no-track`; the report stage logs the run from the folder."""
+    from mlflow import MlflowClient
+
+    monkeypatch.chdir(tmp_path)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    rows, manifest, images = make_slices(k=3, per_slice=60, input_kind="image", label_shift=0.5)
+    slices = write_slices(tmp_path / "slices", rows, manifest, images)
+    params = parse_params({"models": {"MLP-S": {}}, "audit": {**AUDIT, "permutations": 10},
+                           "tracking": {"experiment": "audit-untracked"}})
+    validate_stage.run(params, slices, tmp_path / "validation", echo=lambda _: None)
+    result = stage.run(params, slices, tmp_path / "audit", tmp_path / "validation", track=False)
+    assert result["mlflow_run_id"] is None and not (tmp_path / "mlflow.db").exists()
+    run_id = stage.log_folder(params, tmp_path / "audit")
+    run = MlflowClient(tracking_uri=uri).get_run(run_id)
+    assert run.info.run_name == "audit · synthetic" and run.data.tags["kind"] == "audit"
+    saved = json.loads((tmp_path / "audit" / "drift.json").read_text())
+    assert run.data.metrics == {f"{name}_mean_future": m["mean_future"] for name, m in saved["measures"].items()}
+    assert run.data.params["permutations"] == "10"
+    logged = {f.path for f in MlflowClient(tracking_uri=uri).list_artifacts(run_id, "audit")}
+    assert {"audit/drift.json", "audit/report.html", "audit/figures"} <= logged
+    assert stage.log_folder(params, tmp_path / "nothing-here") is None

@@ -1,4 +1,4 @@
-"""``driftmatrix audit``: between-slice drift matrices, prevalence, plots, report, MLflow.
+"""``driftmatrix audit``: between-slice drift matrices, prevalence, plots, report (its MLflow run: :func:`log_folder`).
 
 Reads only the slices and the validation results: the audit runs before any model is trained (data
 drift against model decay is the report stage's). Writes ``outputs/audit/`` (docs/audit.md),
@@ -15,7 +15,7 @@ import pandas as pd
 
 from driftmatrix.audit import figures, report
 from driftmatrix.audit.slices import load_slices
-from driftmatrix.audit.measures import Audit, AuditConfig, _mean_future, compute
+from driftmatrix.audit.measures import Audit, AuditConfig, compute
 
 
 def _frame(m: np.ndarray, labels: list[str]) -> pd.DataFrame:
@@ -60,8 +60,9 @@ def draw_figures(audit: Audit) -> dict[str, bytes]:
 
 
 def run(params: Any, slices_dir: str | Path, out_dir: str | Path,
-        validation_dir: str | Path = "outputs/validation") -> dict[str, Any]:
-    """Measure, write tables, figures and report.html, log to MLflow; returns drift.json's content."""
+        validation_dir: str | Path = "outputs/validation", track: bool = True) -> dict[str, Any]:
+    """Measure, write tables, figures and report.html, and with ``track`` log to MLflow (the DVC stage
+    leaves that to the report stage: :func:`log_folder`); returns drift.json's content."""
     cfg = AuditConfig.from_params(params.extra.get("audit"))
     slices = load_slices(slices_dir, images=True)
     audit = compute(slices, cfg)
@@ -72,7 +73,7 @@ def run(params: Any, slices_dir: str | Path, out_dir: str | Path,
     for name, png in pngs.items():
         (out / "figures" / f"{name}.png").write_bytes(png)
     (out / "report.html").write_text(build_report(audit, pngs, Path(validation_dir)))
-    run_id = log_to_mlflow(params, cfg, audit, out)
+    run_id = log_folder(params, out) if track else None
     return {**audit.to_dict(), "mlflow_run_id": run_id}
 
 
@@ -116,17 +117,23 @@ def feature_section(audit: Audit, pngs: Mapping[str, bytes]) -> str:
             + report.img(pngs["feature_drift_vs_first"], "feature drift against the first slice"))
 
 
-def log_to_mlflow(params: Any, cfg: AuditConfig, audit: Audit, out: Path) -> str:
-    """One run ``audit · <dataset>`` tagged ``kind=audit`` in the configured store."""
+def log_folder(params: Any, out_dir: str | Path = "outputs/audit") -> str | None:
+    """One run ``audit · <dataset>`` tagged ``kind=audit`` from the audit's folder (None without its
+    drift.json); the report stage calls it, so that a pipeline starts MLflow once (about 2.5 s)."""
     import mlflow
 
     from driftmatrix.tracking.runs import configure, stage_run
 
+    out_dir = Path(out_dir)
+    doc = _read_json(out_dir / "drift.json")
+    if doc is None:
+        return None
+    cfg = AuditConfig.from_params(params.extra.get("audit"))
     exp_id = configure(params.tracking)
-    with stage_run(exp_id, f"audit · {audit.dataset}", {"kind": "audit", "dataset": audit.dataset}) as run:
+    with stage_run(exp_id, f"audit · {doc['dataset']}", {"kind": "audit", "dataset": doc["dataset"]}) as run:
         mlflow.log_params({"smoothing_alpha": cfg.smoothing_alpha, "top_n": cfg.top_n, "mmd_samples": cfg.mmd_samples,
                            "permutations": cfg.permutations, "image_size": cfg.image_size})
-        metrics = {f"{ms.name}_mean_future": _mean_future(ms.values) for ms in audit.measures}
-        mlflow.log_metrics({k.replace(" ", "_"): v for k, v in metrics.items() if np.isfinite(v)})
-        mlflow.log_artifacts(str(out), artifact_path="audit")
+        metrics = {f"{name}_mean_future".replace(" ", "_"): m.get("mean_future") for name, m in doc["measures"].items()}
+        mlflow.log_metrics({k: v for k, v in metrics.items() if v is not None and np.isfinite(v)})
+        mlflow.log_artifacts(str(out_dir), artifact_path="audit")
         return run.info.run_id

@@ -3,7 +3,7 @@
 Reads ``outputs/matrices`` (or any folder of published matrices) and writes ``outputs/report``:
 ``plots/<model>.png`` on one colour scale and ``report.html``; with an audit's ``drift.json``, the
 audit's data drift against each model's decay (``drift_vs_decay.json``). With ``--track`` (the DVC
-stage) it logs the MLflow runs ``matrices · <dataset>`` and those the estimates and policy stages left
+stage) it logs the MLflow runs ``matrices · <dataset>`` and those the audit, estimates and policy stages left
 to it (one MLflow start for all), and makes the model registry agree with the matrices
 (:mod:`driftmatrix.tracking.registry`; the alias ``recommended`` follows the policy stage's pick).
 """
@@ -20,7 +20,7 @@ from driftmatrix.analysis import matrixfile
 from driftmatrix.analysis.tables import Cohort
 from driftmatrix.config import Params
 from driftmatrix.reporting import drift_decay, figures, html
-from driftmatrix.stages import estimates as estimates_stage, policy as policy_stage
+from driftmatrix.stages import audit as audit_stage, estimates as estimates_stage, policy as policy_stage
 from driftmatrix.tracking import registry as registry_info, runs as tracking
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,8 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
         run_id = log_to_mlflow(params, cohort, files, plots, report, dataset,
                                drift_decay.metrics(decay) if decay else None)
         log.info("report: logged run %s", run_id)
+        if audit is not None and (audit_run := audit_stage.log_folder(params, Path(audit).parent)):
+            log.info("report: logged the audit stage's run %s", audit_run)
         estimates_run = estimates_stage.log_folder(params, estimates)
         if estimates_run:
             log.info("report: logged the estimates stage's run %s", estimates_run)
