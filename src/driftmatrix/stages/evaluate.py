@@ -71,7 +71,7 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     rows = RowLogs(params, exp, plan, hashes, docs)
     mlflow_ready.join()
     with rows:
-        run_ids = sync(params, exp, ckpts, rows=rows.for_new_run, slices_dir=slices_dir)
+        run_ids = sync(params, exp, ckpts, rows=rows.for_new_run, slices_dir=slices_dir, described=rows.version)
         written = rows.attach_rest(run_ids)
     for record in written:  # only once MLflow has them
         scores.write(record["unit_key"], docs[record["unit_key"]])
@@ -91,7 +91,7 @@ def current_doc(doc: dict[str, Any], weights_digest: str) -> dict[str, Any]:
 
 
 def sync(params: Params, exp, store: CheckpointStore, rows=None,
-         slices_dir: str | Path | None = None) -> dict[str, str]:
+         slices_dir: str | Path | None = None, described=None) -> dict[str, str]:
     """MLflow runs, registry versions and aliases for every finished unit, new runs with their matrix row."""
     from driftmatrix.tracking import pyfunc as serving
     from driftmatrix.tracking import runs as tracking
@@ -100,7 +100,8 @@ def sync(params: Params, exp, store: CheckpointStore, rows=None,
     extra = {"data_version": exp.manifest["data_version"]}
     with serving.ModelFolders(params, exp, {u.key: store.folder(u.key) for u in finished}, slices_dir) as models:
         return tracking.sync_units(params.tracking, exp.dataset, exp.spec.name,
-                                   [store.record(u.key) for u in finished], models, extra, row=rows)
+                                   [store.record(u.key) for u in finished], models, extra, row=rows,
+                                   described=described)
 
 
 def row_record(exp, unit: Unit, row: Mapping[str, list], run_id: str | None) -> dict[str, Any]:
@@ -124,6 +125,7 @@ class RowLogs:
         self.data = {"name": f"{exp.dataset}[all slices]", "digest": fingerprint(*hashes),
                      "source": {"path": params.dataset.path, "slices": list(exp.labels)}}
         self.params, self.written, self.tmp = params, [], None
+        self.records: dict[str, dict[str, Any]] = {}  # unit key -> the row record logged in this sync
 
     def __enter__(self) -> "RowLogs":
         import tempfile
@@ -151,12 +153,20 @@ class RowLogs:
             for lab, v, n in zip(self.exp.labels, row["values"], row["n_eval"])))
         doc["logged"] = {"run_id": run_id, "cells": cells}
         self.written.append(record)
+        self.records[unit.key] = record
         return row_summary(row["values"], unit.cutoff_index), folder
 
     def for_new_run(self, unit_key: str, run_id: str):
         """The row a run being created carries: (metrics, evaluation input, folder of artifacts)."""
         got = self._row(self.units[unit_key], run_id)
         return None if got is None else (*got, self.data, len(self.hashes))
+
+    def version(self, unit_key: str, train_rows) -> tuple[dict[str, str], str] | None:
+        """A new registry version's score tags and description, from the row its run was created with."""
+        from driftmatrix.tracking.registry import new_version
+
+        record = self.records.get(unit_key)
+        return None if record is None else new_version(record, train_rows)
 
     def attach_rest(self, run_ids: Mapping[str, str]) -> list[dict[str, Any]]:
         from driftmatrix.tracking import runs as tracking

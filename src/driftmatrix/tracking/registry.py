@@ -69,13 +69,33 @@ def version_tags(matrices, version, train_rows: float | None) -> dict[str, str]:
     i, s = matrices.slices.index(cutoff), seeds.index(int(seed))
     if "unit_keys" in matrices.extra and matrices.extra["unit_keys"][s][i] != version.tags.get("unit_key"):
         return {}
-    own, future, decay = row_scores(matrices.seed_values[s, i], i, matrices.higher_is_better)
+    return row_tags(matrices, cutoff, seed, matrices.seed_values[s, i], train_rows)
+
+
+def row_tags(matrices, cutoff: str, seed: str, row: np.ndarray, train_rows: float | None) -> dict[str, str]:
+    """A unit's version tags from its drift-matrix ``row`` (``matrices``: anything with the
+    dataset, model, metric, unit, slices and higher_is_better of its model's matrices)."""
+    own, future, decay = row_scores(row, matrices.slices.index(cutoff), matrices.higher_is_better)
     tags = {"dataset": matrices.dataset, "model": matrices.model, "cutoff": cutoff, "seed": seed,
             "metric": f"{matrices.metric} ({matrices.unit})" if matrices.unit else matrices.metric,
             "in_distribution": _fmt(own), "future_mean": _fmt(future), "decay": _fmt(decay)}
     if train_rows is not None:
         tags["train_rows"] = str(int(train_rows))
     return {k: v for k, v in tags.items() if v}
+
+
+def new_version(record: Mapping[str, Any], train_rows: float | None) -> tuple[dict[str, str], str]:
+    """(tags, description) :func:`annotate` would give a unit's version, from the unit's drift-matrix
+    row record (``evaluate.row_record``): the evaluate stage creates its version with them, so that
+    the report stage finds them written (five calls a version less; it still corrects what differs)."""
+    from types import SimpleNamespace
+
+    view = SimpleNamespace(dataset=record["dataset"], model=record["model"], metric=record["metric_name"],
+                           unit=record["unit"], slices=list(record["slices"]),
+                           higher_is_better=record["higher_is_better"])
+    row = np.array([np.nan if v is None else v for v in record["values"]], dtype=float)
+    tags = row_tags(view, record["cutoff"], str(record["seed"]), row, train_rows)
+    return tags, version_description(view, tags, record["unit_key"])
 
 
 def version_description(matrices, tags: Mapping[str, str], unit_key: str | None) -> str:

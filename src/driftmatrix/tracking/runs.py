@@ -38,6 +38,7 @@ _CONFIGURED: dict[tuple[str, str], str] = {}
 _SET_BY_US: set[str] = set()  # MLflow 3 exports the URI it is given to MLFLOW_TRACKING_URI
 #: (unit key, run id) -> (row metrics, folder of row artifacts, evaluation dataset, step) or None
 RowFor = Callable[[str, str], Optional[tuple]]
+DescribedBy = Callable[[str, Any], Optional[tuple]]
 
 
 def tracking_uri(cfg: TrackingConfig) -> str:
@@ -380,17 +381,18 @@ def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path
 
 def sync_units(cfg: TrackingConfig, dataset: str, model: str, current: Sequence[Mapping[str, Any]],
                folders: Mapping[str, Path], extra_tags: Mapping[str, str] = (),
-               row: RowFor | None = None) -> dict[str, str]:
+               row: RowFor | None = None, described: DescribedBy | None = None) -> dict[str, str]:
     """Make MLflow agree with the finished units of one model (``current``: their sidecar records;
-    ``folders``: unit key -> checkpoint folder, the run's ``model``); returns unit key -> run id."""
+    ``folders``: unit key -> checkpoint folder, the run's ``model``); returns unit key -> run id.
+    ``described(unit key, train rows)``: a new version's score tags and description, or None."""
     from driftmatrix.tracking.server import server_errors
 
     uri = tracking_uri(cfg)
     with store_lock(uri), server_errors(uri):
-        return _sync_units(cfg, dataset, model, current, folders, extra_tags, row)
+        return _sync_units(cfg, dataset, model, current, folders, extra_tags, row, described)
 
 
-def _sync_units(cfg, dataset, model, current, folders, extra_tags, row) -> dict[str, str]:
+def _sync_units(cfg, dataset, model, current, folders, extra_tags, row, described=None) -> dict[str, str]:
     from mlflow.tracking import MlflowClient
 
     exp_id = configure(cfg)
@@ -419,7 +421,7 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row) -> dict[
             client.log_artifacts(r.info.run_id, str(folders[key]), artifact_path="model")
             client.set_tag(r.info.run_id, MODEL_TAG, _model_format())
     if cfg.register and cfg.log_models:
-        sync_registry(client, registered_name(dataset, model), list(wanted.values()), by_key, project)
+        sync_registry(client, registered_name(dataset, model), list(wanted.values()), by_key, project, described)
     superseded = sum(1 for _, by in drop if by)
     if created or restored or superseded:
         log.info("mlflow %s: %d runs created, %d restored, %d superseded (%d live)", model, created,
@@ -489,7 +491,7 @@ def store_lock(uri: str):
 
 
 def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_ids: Mapping[str, str],
-                  project: str | None = None) -> None:
+                  project: str | None = None, described: DescribedBy | None = None) -> None:
     """One version per current unit (:func:`registry_plan`), aliases ``cutoff-<label>-seed-<s>`` per seed
     and ``cutoff-<label>`` for the lowest seed; only what differs is written."""
     from driftmatrix.tracking.pyfunc import quiet_mlflow
@@ -526,14 +528,15 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
             unit = r["unit"]
             version = by_key.get(unit["key"])
             if version is None:
+                scores, text = (described and described(unit["key"], r.get("train_rows"))) or ({}, None)
                 version = client.create_model_version(
                     name, f"runs:/{run_ids[unit['key']]}/model", run_id=run_ids[unit["key"]],
-                    tags={"cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]),
+                    tags={**scores, "cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]),
                           "seed": str(unit["seed"]), "unit_key": unit["key"], "dataset": name.rpartition(".")[0],
                           "model": model, "train_rows": str(r.get("train_rows", "")),
                           **{k: str(v) for k, v in ((WEIGHTS_TAG, r.get("weights_digest")), ("hardware", (
                               r.get("environment") or {}).get("hardware"))) if v},
-                          **({PROJECT_TAG: project} if project else {})})
+                          **({PROJECT_TAG: project} if project else {})}, description=text)
             point(alias_for(unit["cutoff"], unit["seed"]), str(version.version))
             best = lowest.get(unit["cutoff"])
             if best is None or unit["seed"] < best[0]:
