@@ -90,9 +90,8 @@ def new_version(record: Mapping[str, Any], train_rows: float | None) -> tuple[di
     the report stage finds them written (five calls a version less; it still corrects what differs)."""
     from types import SimpleNamespace
 
-    view = SimpleNamespace(dataset=record["dataset"], model=record["model"], metric=record["metric_name"],
-                           unit=record["unit"], slices=list(record["slices"]),
-                           higher_is_better=record["higher_is_better"])
+    view = SimpleNamespace(**{k: record[k] for k in ("dataset", "model", "unit", "slices", "higher_is_better")},
+                           metric=record["metric_name"])
     row = np.array([np.nan if v is None else v for v in record["values"]], dtype=float)
     tags = row_tags(view, record["cutoff"], str(record["seed"]), row, train_rows)
     return tags, version_description(view, tags, record["unit_key"])

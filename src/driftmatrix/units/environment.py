@@ -155,19 +155,14 @@ def distributions_of(top: str) -> list[str]:
     """The distributions installing top-level module ``top``, as ``metadata.packages_distributions()``
     lists them, read from each one's ``top_level.txt`` or else its RECORD's raw text (that function
     builds a path object for every installed file: 1-3 s a process)."""
-    found = []
-    for dist in metadata.distributions():
-        listed = (dist.read_text("top_level.txt") or "").split()
-        if listed:
-            tops = set(listed)
-        else:
-            record = dist.read_text("RECORD")
-            files = (row[0] for row in csv.reader(record.splitlines()) if row) if record is not None \
-                else map(str, dist.files or ())
-            tops = {f.split("/", 1)[0] if "/" in f else f[:-3] for f in files if f.endswith(".py")}
-        if top in tops:
-            found.append(dist.metadata["Name"])
-    return found
+    def tops(dist) -> set[str]:
+        if listed := (dist.read_text("top_level.txt") or "").split():
+            return set(listed)
+        record = dist.read_text("RECORD")
+        files = (row[0] for row in csv.reader(record.splitlines()) if row) if record else map(str, dist.files or ())
+        return {f.split("/", 1)[0] if "/" in f else f[:-3] for f in files if f.endswith(".py")}
+
+    return [dist.metadata["Name"] for dist in metadata.distributions() if top in tops(dist)]
 
 
 def model_libraries(kind: str, options: Mapping[str, Any]) -> dict[str, str]:
