@@ -124,8 +124,8 @@ class RowLogs:
         self.units = {u.key: u for u in plan.units}
         self.data = {"name": f"{exp.dataset}[all slices]", "digest": fingerprint(*hashes),
                      "source": {"path": params.dataset.path, "slices": list(exp.labels)}}
-        self.params, self.written, self.tmp = params, [], None
-        self.records: dict[str, dict[str, Any]] = {}  # unit key -> the row record logged in this sync
+        self.params, self.tmp = params, None
+        self.written: dict[str, dict[str, Any]] = {}  # unit key -> the row record logged in this sync
 
     def __enter__(self) -> "RowLogs":
         import tempfile
@@ -152,8 +152,7 @@ class RowLogs:
             f"{lab},{'' if v is None else round(v, 6)},{n}\n"
             for lab, v, n in zip(self.exp.labels, row["values"], row["n_eval"])))
         doc["logged"] = {"run_id": run_id, "cells": cells}
-        self.written.append(record)
-        self.records[unit.key] = record
+        self.written[unit.key] = record
         return row_summary(row["values"], unit.cutoff_index), folder
 
     def for_new_run(self, unit_key: str, run_id: str):
@@ -165,7 +164,7 @@ class RowLogs:
         """A new registry version's score tags and description, from the row its run was created with."""
         from driftmatrix.tracking.registry import new_version
 
-        record = self.records.get(unit_key)
+        record = self.written.get(unit_key)
         return None if record is None else new_version(record, train_rows)
 
     def attach_rest(self, run_ids: Mapping[str, str]) -> list[dict[str, Any]]:
@@ -179,4 +178,4 @@ class RowLogs:
                 batch.append((run_id, *got))
         if batch:
             tracking.log_rows(self.params.tracking, batch, self.data, step=len(self.hashes))
-        return self.written
+        return list(self.written.values())
