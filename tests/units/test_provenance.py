@@ -196,12 +196,23 @@ def test_later_stages_key_with_the_recorded_environment(tmp_path, tiny_params, m
 
 
 def test_gpu_units_are_scored_in_the_stage_process(tmp_path, monkeypatch):
-    """With a recorded CUDA environment the evaluate stage starts no local worker processes (one
-    CUDA context per CPU worker would be the result) and builds its experiment in-process."""
-    from driftmatrix.stages import evaluate as evaluation
+    """With a recorded CUDA environment and units to score, the evaluate stage starts no local worker
+    processes (one CUDA context per CPU worker would be the result) and builds its experiment in-process."""
+    import torch
 
+    from driftmatrix.stages import evaluate as evaluation
+    from driftmatrix.units.experiment import ExperimentInfo
+    from testkit.slices import make_slices, write_slices
+
+    rows, manifest, images = make_slices(k=3, per_slice=20, input_kind="image")
+    for s in manifest["slices"]:
+        s["hash"] = f"content of {s['label']}"
+    slices = write_slices(tmp_path / "slices", rows, manifest, images)
+    params, env = parse_params({"models": {"MLP-S": {}}}), Environment("fp32", "cuda", None, {})
     store = checkpoints.CheckpointStore(tmp_path / "ckpt", "MLP-S")
-    store.write_environment(Environment("fp32", "cuda", None, {}).to_dict())
+    store.write_environment(env.to_dict())
+    for unit in ExperimentInfo(params, "MLP-S", slices, env).plan.units:  # every unit trained, none scored
+        store.write(unit.key, {"w": torch.ones(2)}, {"model": "MLP-S"}, {"unit": {"key": unit.key}})
 
     class Built(Exception):
         pass
@@ -216,8 +227,7 @@ def test_gpu_units_are_scored_in_the_stage_process(tmp_path, monkeypatch):
     monkeypatch.setattr("driftmatrix.units.experiment.Experiment", in_process)
     monkeypatch.setattr("driftmatrix.tracking.runs.configure_in_background", lambda cfg: None)
     with pytest.raises(Built, match="cuda"):
-        evaluation.run(parse_params({"models": {"MLP-S": {}}}), "MLP-S", tmp_path / "slices", tmp_path / "ckpt",
-                       tmp_path / "scores")
+        evaluation.run(params, "MLP-S", slices, tmp_path / "ckpt", tmp_path / "scores")
 
 
 # --- records -----------------------------------------------------------------------------------

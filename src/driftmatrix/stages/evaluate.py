@@ -38,8 +38,7 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     # GPU units are scored in this process (one CUDA context, not one per CPU).
     in_workers = env.device == "cpu" and start_workers(params, model, (*WORKER_MODULES, __name__))
     mlflow_ready = configure_in_background(params.tracking)
-    exp = ExperimentInfo(params, model, slices_dir, env) if in_workers else \
-        Experiment(params, model, slices_dir, features_dir, env)
+    exp = ExperimentInfo(params, model, slices_dir, env)  # torch (for Experiment) only if there is work
     plan, hashes = exp.plan, slice_hashes(exp.manifest)
     ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(out_dir, model)
     untrained = [u for u in plan.units if not ckpts.done(u.key)]
@@ -62,6 +61,8 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes),
              sum(len(m) for _, m, _ in todo), len(todo))
     recipe = ExperimentRecipe.of(params, model, slices_dir, features_dir, env)
+    if todo and not in_workers:  # scored in this process (GPU, one worker): with the inputs
+        exp = Experiment(params, model, slices_dir, features_dir, env)
     for (unit, _, _), cells in make_executor(runtime_config(params)).map(
             score_task, recipe, todo, model=model, label="evaluate", context=None if in_workers else exp):
         doc = docs[unit.key]

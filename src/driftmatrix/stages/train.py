@@ -11,7 +11,8 @@ from typing import Any, Mapping, Sequence
 
 from driftmatrix.config import ConfigError, Params, model_options
 from driftmatrix.units.environment import resolve_environment
-from driftmatrix.units.experiment import Experiment, ExperimentRecipe, train_task, training_data, unit_record
+from driftmatrix.units.experiment import (Experiment, ExperimentInfo, ExperimentRecipe, train_task, training_data,
+                                         unit_record)
 from driftmatrix.units.plan import Unit
 from driftmatrix.units.store import CheckpointStore
 
@@ -76,18 +77,21 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
                           "move the module to src/custom_models/ or add its path to the stage's deps")
     start_workers(params, model)  # before torch is imported here; unused if the units run on a GPU
     env = resolve_environment(params, model)
-    exp = Experiment(params, model, slices_dir, features_dir, env)
+    info = ExperimentInfo(params, model, slices_dir, env)
     store = CheckpointStore(out_dir, model)
     store.write_environment(env.to_dict())
+    todo = largest_first([u for u in info.plan.units if not store.done(u.key)], info.manifest)
+    log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(info.plan.units),
+             info.plan.window.name, len(info.plan.units) - len(todo), len(todo))
+    if not todo:  # nothing to train: no torch, no inputs
+        return []
+    exp = Experiment(params, model, slices_dir, features_dir, env)
     if exp.spec.inputs == "table":
         from driftmatrix.models.tabular import capped_features
 
         cat = exp.inputs.cat.numpy()
         for line in capped_features(exp.spec.build.cls, exp.info["options"], exp.meta.categorical, cat):
             log.warning("%s: %s", model, line)
-    todo = largest_first([u for u in exp.plan.units if not store.done(u.key)], exp.manifest)
-    log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(exp.plan.units),
-             exp.plan.window.name, len(exp.plan.units) - len(todo), len(todo))
     overrides = overridden_checks(validation_dir)
     tags = {"validation_override": "; ".join(overrides)} if overrides else {}
     return train_units(exp, store, todo, recipe=ExperimentRecipe.of(params, model, slices_dir, features_dir, env),
