@@ -83,6 +83,32 @@ def test_logged_to_the_checkpoint_run(result):
     assert f"saliency/cutoff{labels[cutoff]}_eval{labels[1]}.npz" in names
 
 
+def test_an_untracked_run_is_logged_later_from_its_folder(result, trained, tmp_path):
+    """`driftmatrix saliency --no-mlflow` (the DVC stage) logs nothing; the report stage's
+    log_folder then puts each map's metrics and files on its unit's run."""
+    from mlflow import MlflowClient
+
+    tmp, labels, first, cutoff = result
+    cfg = {"pairs": [{"model": "CNN-S", "cutoff": labels[cutoff]}], "eval_years": [labels[1]], "n_images": 50}
+    params = replace(trained.params, extra={"saliency": cfg})
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    (run,) = client.search_runs([client.get_experiment_by_name("explain-test").experiment_id],
+                                f"tags.model = 'CNN-S' and tags.cutoff = '{labels[cutoff]}'")
+    key = f"saliency_top5_share_eval{labels[1]}"
+    before = len(client.get_metric_history(run.info.run_id, key))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp / 'mlflow.db'}")
+        out = stage.run(params, tmp / "slices", tmp / "checkpoints", tmp_path / "saliency", log_mlflow=False)
+        assert len(client.get_metric_history(run.info.run_id, key)) == before
+        logged = json.loads((tmp_path / "saliency" / "concentration.json").read_text())["logged"]
+        assert [(e["model"], e["unit_key"], e["eval"]) for e in logged] == \
+            [("CNN-S", run.data.tags["unit_key"], labels[1])]
+        assert stage.log_folder(params, tmp_path / "saliency") == 1
+    history = client.get_metric_history(run.info.run_id, key)
+    assert len(history) == before + 1 and history[-1].value == pytest.approx(out["rows"][0]["top5_share"])
+    assert stage.log_folder(params, tmp_path / "nothing-here") == 0
+
+
 def test_config_errors_name_the_key(trained):
     params = trained.params
     with pytest.raises(ConfigError, match="pairs"):

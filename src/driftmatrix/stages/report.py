@@ -21,6 +21,7 @@ from driftmatrix.analysis.tables import Cohort
 from driftmatrix.config import Params
 from driftmatrix.reporting import drift_decay, figures, html
 from driftmatrix.stages import audit as audit_stage, estimates as estimates_stage, policy as policy_stage
+from driftmatrix.stages import saliency as saliency_stage
 from driftmatrix.tracking import registry as registry_info, runs as tracking
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,8 @@ def run(matrices_dir: str | Path = "outputs/matrices", report_path: str | Path =
         policy_run = policy_stage.log_folder(params, policy_dir, frontier)
         if policy_run:
             log.info("report: logged the policy stage's run %s", policy_run)
+        if maps := saliency_stage.log_folder(params, matrices_dir.parent / "saliency"):
+            log.info("report: logged %d saliency maps on their units' runs", maps)
         rec = policy_dir / "recommendation.json"
         recommended = json.loads(rec.read_text())["model"] if rec.exists() else None
         registry_info.annotate(params, cohort, run_id, recommended)  # version scores, descriptions, aliases

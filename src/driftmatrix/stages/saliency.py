@@ -111,20 +111,20 @@ def pixel_inputs(exp, slices_dir: str | Path):
     return load_inputs("pixels", slices_dir).to(exp.device)
 
 
-def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int,
-                   run_ids: Mapping[str, str] | None = None) -> list[tuple[int, str, str | None]]:
-    """(seed, unit key, run id) of every seed of the plan whose unit at ``cutoff`` is trained."""
+def finished_seeds(exp, checkpoints_dir: str | Path, cutoff: int) -> list[tuple[int, str]]:
+    """(seed, unit key) of every seed of the plan whose unit at ``cutoff`` is trained."""
     store = CheckpointStore(checkpoints_dir, exp.spec.name)
     found = [(s, exp.plan.unit(s, cutoff).key) for s in exp.plan.seeds]
-    found = [(s, k, (run_ids or {}).get(k)) for s, k in found if store.done(k)]
+    found = [(s, k) for s, k in found if store.done(k)]
     if not found:
         raise DataError(f"saliency: no finished checkpoint of {exp.spec.name} at cutoff "
                         f"{exp.labels[cutoff]} in {checkpoints_dir} (run `driftmatrix train` first)")
     return found
 
 
-def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None]], rows: np.ndarray,
-              batch_size: int, block: int = 1, checkpoints_dir: str | Path = "outputs/checkpoints") -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
+def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str]], rows: np.ndarray,
+              batch_size: int, block: int = 1, checkpoints_dir: str | Path = "outputs/checkpoints",
+              ) -> tuple[np.ndarray, np.ndarray, list[dict[str, float]]]:
     """Per seed the mean saliency map (S, H, W) and mean concentration scores, and the mean image."""
     import torch
 
@@ -134,7 +134,7 @@ def cell_maps(exp, forward, pixels, checkpoints: list[tuple[int, str, str | None
                  "entropy_img": lambda m: conc.normalised_entropy(conc.pool(m.cpu().numpy(), block))}
     store = CheckpointStore(checkpoints_dir, exp.spec.name)
     maps, image, img_scores = [], None, []
-    for _, key, _ in checkpoints:
+    for _, key in checkpoints:
         module, prepare = forward(exp.load_unit(store, key))
         module.eval()
         batches = (pixels.batch(torch.as_tensor(rows[k:k + batch_size]))[0] for k in range(0, len(rows), batch_size))
@@ -198,6 +198,7 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     years = tuple(y for y in cfg.eval_years if y in labels)
     if not pairs or not years:  # saliency off or inapplicable (e.g. text models): an explained output for DVC
         out.mkdir(parents=True, exist_ok=True)
+        (out / "concentration.json").unlink(missing_ok=True)  # nothing of an earlier run is logged again
         why = skipped + [f"eval year {y} is not a slice label" for y in cfg.eval_years if y not in labels]
         (out / "README.txt").write_text("saliency: nothing to compute: " +
                                         ("; ".join(why) if why else "no (model, cutoff) pairs in params.yaml") + "\n")
@@ -210,17 +211,16 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     table: list[dict[str, Any]] = []
     grids: dict[str, dict[tuple[str, str], np.ndarray]] = {e: {} for e in cfg.eval_years}
     images: dict[str, np.ndarray] = {}
-    logged: list[tuple[str, str, str, Path]] = []  # (run id, cutoff, eval, npz)
+    logged: list[dict[str, Any]] = []  # what each unit's MLflow run gets (log_folder)
     for model in models:
         exp = Experiment(params, model, slices_dir, features_dir,
                          recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True))
-        run_ids = tracking.live_runs(tracking.configure(params.tracking), exp.dataset, model) if log_mlflow else {}
         pixels = pixel_inputs(exp, slices_dir)
         forward = forward_builder(exp)
         for cutoff in (c for m, c in cfg.pairs if m == model):
             i = slice_index(exp.labels, cutoff, "cutoff")
-            checkpoints = finished_seeds(exp, checkpoints_dir, i, run_ids)
-            seeds = [s for s, _, _ in checkpoints]
+            checkpoints = finished_seeds(exp, checkpoints_dir, i)
+            seeds = [s for s, _ in checkpoints]
             for eval_year in cfg.eval_years:
                 j = slice_index(exp.labels, eval_year, "eval year")
                 rows = select_rows(exp.slice_ids, exp.split, i, j, cfg.n_images)
@@ -235,7 +235,8 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
                           for s, m, extra in zip(seeds, maps, img_scores)]  # per seed: mean map, mean per image
                 grids[eval_year][(model, cutoff)] = maps.mean(axis=0)
                 images.setdefault(eval_year, image)
-                logged += [(run_id, cutoff, eval_year, npz) for _, _, run_id in checkpoints if run_id]
+                logged += [{"model": model, "unit_key": key, "seed": s, "cutoff": cutoff, "eval": eval_year,
+                            "npz": str(npz.relative_to(out))} for s, key in checkpoints]
                 log.info("saliency %s cutoff %s eval %s: %d images x %d seeds", model, cutoff, eval_year,
                          len(rows), len(seeds))
     figures = {e: draw_grid(grids[e], images[e], models, cutoffs, e, out / f"saliency_eval{e}.png")
@@ -244,34 +245,44 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices",
     pd.DataFrame(table).to_csv(out / "concentration.csv", index=False)
     summary.to_csv(out / "concentration_summary.csv", index=False)
     result = {"rows": table, "summary": json.loads(summary.to_json(orient="records")),
-              "figures": {e: str(p) for e, p in figures.items()}}
+              "figures": {e: str(p) for e, p in figures.items()}, "logged": logged}
     (out / "concentration.json").write_text(json.dumps(result, indent=2))
-    if log_mlflow and logged:
-        _log_runs(params, logged, table, figures)
+    if log_mlflow:
+        log_folder(params, out)
     return result
 
 
-def _log_runs(params: Params, logged, table, figures) -> None:
-    """Metrics and artifacts on each checkpoint's MLflow run through the client API: the finished
-    runs are not re-opened, so their recorded training times stay as they were."""
+def log_folder(params: Params, out_dir: str | Path = "outputs/saliency") -> int:
+    """Each map's metrics, ``.npz`` and figure on its unit's live MLflow run, from the stage's folder
+    (its concentration.json); returns how many (unit, eval year) it logged. The report stage calls
+    it, so that a pipeline starts MLflow once. Through the client API: the finished runs are not
+    re-opened, so their recorded training times stay as they were."""
     import time
 
     import mlflow
     from mlflow.entities import Metric
     from mlflow.tracking import MlflowClient
 
-    tracking.configure(params.tracking)
-    client, now = MlflowClient(), int(time.time() * 1000)
-    for run_id, cutoff, eval_year, npz in logged:
+    out = Path(out_dir)
+    doc = json.loads((out / "concentration.json").read_text()) if (out / "concentration.json").exists() else {}
+    if not doc.get("logged"):
+        return 0
+    exp_id = tracking.configure(params.tracking)
+    client, now, done = MlflowClient(), int(time.time() * 1000), 0
+    runs = {m: tracking.live_runs(exp_id, params.dataset.name, m) for m in {e["model"] for e in doc["logged"]}}
+    rows = {(r["model"], r["cutoff"], r["eval"], int(r["seed"])): r for r in doc["rows"]}
+    for entry in doc["logged"]:
+        run_id = runs[entry["model"]].get(entry["unit_key"])
+        if run_id is None:  # a unit with no MLflow run (yet): nothing to attach to
+            continue
+        eval_year, row = entry["eval"], rows[entry["model"], entry["cutoff"], entry["eval"], int(entry["seed"])]
         try:
-            tags = client.get_run(run_id).data.tags
-            row = next((r for r in table if r["model"] == tags.get("model") and r["cutoff"] == cutoff
-                        and r["eval"] == eval_year and str(r["seed"]) == tags.get("seed")), None)
-            if row:
-                client.log_batch(run_id, metrics=[
-                    Metric(f"saliency_top5_share_eval{eval_year}", float(row["top5_share"]), now, 0),
-                    Metric(f"saliency_entropy_eval{eval_year}", float(row["entropy"]), now, 0)])
-            client.log_artifact(run_id, str(npz), artifact_path="saliency")
-            client.log_artifact(run_id, str(figures[eval_year]), artifact_path="saliency")
+            client.log_batch(run_id, metrics=[
+                Metric(f"saliency_top5_share_eval{eval_year}", float(row["top5_share"]), now, 0),
+                Metric(f"saliency_entropy_eval{eval_year}", float(row["entropy"]), now, 0)])
+            client.log_artifact(run_id, str(out / entry["npz"]), artifact_path="saliency")
+            client.log_artifact(run_id, str(out / Path(doc["figures"][eval_year]).name), artifact_path="saliency")
+            done += 1
         except mlflow.exceptions.MlflowException as exc:
             log.warning("saliency: could not log to MLflow run %s: %s", run_id, exc)
+    return done
