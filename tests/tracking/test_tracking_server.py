@@ -80,7 +80,9 @@ def test_pipeline_writes_runs_versions_and_aliases_through_the_server(server, tm
 def test_server_stopped_while_evaluate_syncs(server, tmp_path):
     folder = ck.project(tmp_path / "p", ck.tiny_raw(tmp_path / "p", name="fault", experiment="fault"))
     ck.run(folder, upto="train")
-    env = ck.env_with(tracking_uri=server.url)
+    # one retry (about a second) instead of the stage's default 15-20 s of them (tracking.server.RETRY_DEFAULTS,
+    # tested in test_shared_store.py): the test is what the stage does once they are spent
+    env = ck.env_with({"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "1"}, tracking_uri=server.url)
     proc = subprocess.Popen([sys.executable, "-m", "driftmatrix.cli", "evaluate", "-m", "MLP-S"], cwd=folder,
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     # stop the server once the stage has created its first runs
