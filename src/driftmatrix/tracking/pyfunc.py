@@ -190,12 +190,31 @@ def save_template(path: Path, unit_folder: Path, config: Mapping[str, Any], exam
     """``mlflow.pyfunc.save_model`` of one unit as a model from code (no pickle is written)."""
     import mlflow
 
-    with quiet_mlflow():
+    with quiet_mlflow(), no_requirement_check():
         mlflow.pyfunc.save_model(
             str(path), python_model=str(code_file()),
             artifacts={name: str(unit_folder / file) for name, file in ARTIFACTS.items()},
             signature=signature(config), input_example=example, pip_requirements=requirements(config),
             model_config=dict(config))
+
+
+@contextlib.contextmanager
+def no_requirement_check():
+    """Skip the check of the pip requirements against this environment that ``save_model`` runs
+    (about 1.2 s a stage: MLflow maps every installed file to its distribution) only to print a
+    warning, which :func:`quiet_mlflow` drops: :func:`requirements` pins the installed versions."""
+    from mlflow.utils import environment
+
+    name = "warn_dependency_requirement_mismatches"
+    check = getattr(environment, name, None)
+    if check is None:  # another MLflow: it runs whatever check it has
+        yield
+        return
+    setattr(environment, name, lambda requirements: None)
+    try:
+        yield
+    finally:
+        setattr(environment, name, check)
 
 
 @contextlib.contextmanager
