@@ -83,7 +83,7 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     todo = largest_first([u for u in info.plan.units if not store.done(u.key)], info.manifest)
     log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(info.plan.units),
              info.plan.window.name, len(info.plan.units) - len(todo), len(todo))
-    if not todo:  # nothing to train: no torch, no inputs
+    if not todo:  # nothing to train: no inputs, no executor
         return []
     exp = Experiment(params, model, slices_dir, features_dir, env)
     if exp.spec.inputs == "table":
