@@ -333,6 +333,16 @@ def log_inputs(client, run_id: str, inputs: list, attempts: int = 4) -> None:
             time.sleep(0.2 * (attempt + 1))
 
 
+def run_artifacts(client, artifact_uri: str):
+    """The artifact repository of a run whose ``artifact_uri`` is known, as ``client.log_artifacts``
+    builds it, without the ``get_run`` call (a query, or an HTTP round trip) it makes to look it up."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+    from mlflow.utils.uri import add_databricks_profile_info_to_artifact_uri
+
+    uri = add_databricks_profile_info_to_artifact_uri(artifact_uri, client.tracking_uri)
+    return get_artifact_repository(uri, tracking_uri=client.tracking_uri)
+
+
 def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path | None,
                     extra_tags: Mapping[str, str], row: RowFor | None = None) -> str:
     """One FINISHED run from a unit's sidecar record: tags, params, losses, times, data, model;
@@ -368,10 +378,12 @@ def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path
                          tags=[RunTag("mlflow.source.git.commit", extra_tags.get("git_commit", ""))])
         if inputs:
             log_inputs(client, run_id, inputs)
-        if folder is not None:
-            client.log_artifacts(run_id, str(folder), artifact_path="model")
-        if scored is not None:
-            client.log_artifacts(run_id, str(row_folder))
+        if folder is not None or scored is not None:
+            artifacts = run_artifacts(client, run.info.artifact_uri)
+            if folder is not None:
+                artifacts.log_artifacts(str(folder), "model")
+            if scored is not None:
+                artifacts.log_artifacts(str(row_folder))
         client.set_terminated(run_id, "FINISHED", end_time=ended)
     except BaseException:
         client.delete_run(run_id)  # never leave a half-written run behind
