@@ -90,6 +90,12 @@ def data_fetch(dataset: str = typer.Argument(..., help="amazon | yearbook | arxi
 
 
 # --- pipeline stages ---------------------------------------------------------------------------
+def stage_params(path: Path):
+    """params.yaml for a stage that trains nothing: estimators named by import path are not imported to
+    check them (seconds for scikit-learn), as ingest, the first stage, and each train stage do."""
+    return load_params(path, estimators=False)
+
+
 @app.command()
 def ingest(params: Path = PARAMS_OPT, strict: bool = typer.Option(False, help="Any dropped record is an error."),
            out: Path = typer.Option(Path("outputs/ingested")),
@@ -129,7 +135,7 @@ def slice_cmd(params: Path = PARAMS_OPT, src: Path = typer.Option(Path("outputs/
     (reported), split each into train and test (slicing.test_fraction, stratified)."""
     from driftmatrix.stages import slice as stage
 
-    typer.echo(stage.describe(stage.run(load_params(params), src, out)))
+    typer.echo(stage.describe(stage.run(stage_params(params), src, out)))
 
 
 @app.command()
@@ -141,7 +147,7 @@ def validate(params: Path = PARAMS_OPT, slices: Path = SLICES_OPT,
     from driftmatrix.stages import validate as stage
 
     try:
-        stage.run(load_params(params), slices, out, echo=typer.echo)
+        stage.run(stage_params(params), slices, out, echo=typer.echo)
     except ValidationFailed as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1)
@@ -157,7 +163,7 @@ def audit(params: Path = PARAMS_OPT, slices: Path = SLICES_OPT,
     slices alone (`driftmatrix report` correlates them with the models' decay)."""
     from driftmatrix.stages import audit as stage
 
-    result = stage.run(load_params(params), slices, out, validation, track=track)
+    result = stage.run(stage_params(params), slices, out, validation, track=track)
     typer.echo(f"audit of {result['dataset']}: {', '.join(result['measures'])} -> {out / 'report.html'}")
 
 
@@ -169,7 +175,7 @@ def embed(params: Path = PARAMS_OPT, slices: Path = SLICES_OPT,
     """Run each frozen encoder the configured models need once over every row; resumable."""
     from driftmatrix.stages import embed as stage
 
-    for m in stage.run(load_params(params), slices, out, model or None):
+    for m in stage.run(stage_params(params), slices, out, model or None):
         typer.echo(f"{m['encoder']}: {m['n']} rows, dim {m['dim']}, "
                    f"{'token states + pooled' if m['has_states'] else 'pooled'} -> {m['path']}")
 
@@ -191,7 +197,7 @@ def evaluate(model: str = typer.Option(..., "--model", "-m"), params: Path = PAR
     """Score every checkpoint on every slice in one pass; write drift-matrix rows."""
     from driftmatrix.stages import evaluate as stage
 
-    stage.run(load_params(params), model, slices, checkpoints, out, features_dir=features)
+    stage.run(stage_params(params), model, slices, checkpoints, out, features_dir=features)
 
 
 @app.command()
@@ -203,7 +209,7 @@ def matrices(params: Path = PARAMS_OPT, scores: Path = SCORES_OPT, out: Path = t
     (numbers only; `driftmatrix report` draws and logs them)."""
     from driftmatrix.stages import matrices as stage
 
-    stage.run(load_params(params), scores, out, slices_dir=slices, metrics_path=metrics or stage.DVC_METRICS,
+    stage.run(stage_params(params), scores, out, slices_dir=slices, metrics_path=metrics or stage.DVC_METRICS,
               plots_dir=plots or stage.DVC_MATRICES)
 
 
@@ -222,7 +228,7 @@ def estimates_cmd(params: Path = PARAMS_OPT, scores: Path = SCORES_OPT, slices: 
     if matrices is not None:
         result = stage.run_matrices(matrices, out)
     else:
-        result = stage.run(load_params(params), slices, scores, out, metrics or stage.DVC_METRICS, track=track)
+        result = stage.run(stage_params(params), slices, scores, out, metrics or stage.DVC_METRICS, track=track)
     for model, s in result.items():
         ahead = s.get("previous_period") or {}
         typer.echo(f"{model}: noise floor {s['noise_floor']}, method chosen per period from earlier periods: "
@@ -289,7 +295,7 @@ def saliency(params: Path = PARAMS_OPT, slices: Path = SLICES_OPT, checkpoints: 
     """Gradient saliency maps and concentration scores of the checkpoints in params.yaml: saliency."""
     from driftmatrix.stages import saliency as stage
 
-    result = stage.run(load_params(params), slices, checkpoints, out, log_mlflow=mlflow, features_dir=features)
+    result = stage.run(stage_params(params), slices, checkpoints, out, log_mlflow=mlflow, features_dir=features)
     for r in result["summary"]:
         typer.echo(f"{r['model']:<10} cutoff {r['cutoff']:<8} eval {r['eval']:<8} top-5% share {r['top5_share']:.3f} "
                    f"(per image {r['top5_share_img']:.3f})  entropy {r['entropy']:.3f}")
@@ -359,7 +365,7 @@ def importance(params: Path = PARAMS_OPT, slices: Path = SLICES_OPT, checkpoints
     a features x cutoffs heatmap per model (outputs/importance/report.html)."""
     from driftmatrix.stages import importance as stage
 
-    for model, res in stage.run(load_params(params), slices, checkpoints, out, features).items():
+    for model, res in stage.run(stage_params(params), slices, checkpoints, out, features).items():
         last = [row[-1] for row in res["values"]]
         ranked = sorted((v, f) for f, v in zip(res["features"], last) if v is not None)[::-1][:3]
         typer.echo(f"{model:<10} at {res['cutoffs'][-1]}: " + ", ".join(f"{f} {v:.2f}" for v, f in ranked))
@@ -437,7 +443,7 @@ def policy(path: Path = MATRICES_ARG,
     from driftmatrix.reporting import text
     from driftmatrix.stages import policy as stage
 
-    cfg = policy_config(load_params(params)) if params.exists() else PolicyConfig()
+    cfg = policy_config(stage_params(params)) if params.exists() else PolicyConfig()
     given = {"retrain_cost": retrain_cost, "budget": budget, "label_delay": label_delay}
     cfg = replace(cfg, **{k: v for k, v in given.items() if v is not None})
     o = stage.run(path, out, cfg, path.parent / "estimates", path.parent / "audit", metrics)
@@ -467,7 +473,7 @@ def report(path: Path = MATRICES_ARG,
     heatmap PNG per model in plots/ beside it."""
     from driftmatrix.stages import report as stage
 
-    typer.echo(stage.run(path, out, audit=audit, title=title, params=load_params(params) if track else None))
+    typer.echo(stage.run(path, out, audit=audit, title=title, params=stage_params(params) if track else None))
 
 
 def main() -> None:

@@ -216,8 +216,10 @@ def to_raw(params: "Params") -> dict[str, Any]:
     return json.loads(json.dumps({**raw, "models": dict(params.models), **dict(params.extra)}, default=list))
 
 
-def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
-    """Typed params from an already-parsed YAML mapping."""
+def parse_params(raw: Mapping[str, Any], source: str = "params.yaml", estimators: bool = True) -> Params:
+    """Typed params from an already-parsed YAML mapping. ``estimators``: also import each estimator
+    named by path and check it can be built (1-3 s for scikit-learn); the stages that neither train
+    nor check the configuration first skip it (``dvc repro`` runs ingest and train with it)."""
     raw = dict(raw or {})
     built = {name: build(cls, raw.get(name), f"{source}: {name}") for name, cls in SECTIONS.items()}
     if built["tracking"].register and not built["tracking"].log_models:
@@ -240,7 +242,8 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
         from driftmatrix.models.catalog import model_problem  # (imports numpy: only where a model may be tabular)
 
         for name, entry in models.items():  # a task a model cannot do, an estimator that cannot work
-            problem = model_problem(name, custom.options_of(entry), built["dataset"].task, f"{source}: models.{name}")
+            problem = model_problem(name, custom.options_of(entry), built["dataset"].task, f"{source}: models.{name}",
+                                    estimators)
             if problem:
                 raise ConfigError(problem)
     extra = {k: v for k, v in raw.items() if k not in SECTIONS and k != "models"}
@@ -255,7 +258,8 @@ def parse_params(raw: Mapping[str, Any], source: str = "params.yaml") -> Params:
     return params
 
 
-def load_params(path: str | Path = PARAMS_FILE) -> Params:
+def load_params(path: str | Path = PARAMS_FILE, estimators: bool = True) -> Params:
+    """``params.yaml`` typed and checked (``estimators``: see :func:`parse_params`)."""
     import yaml
 
     path = Path(path)
@@ -268,7 +272,7 @@ def load_params(path: str | Path = PARAMS_FILE) -> Params:
             raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (dataset:, train:, ...), got {type(raw).__name__}")
-    return parse_params(raw, str(path))
+    return parse_params(raw, str(path), estimators)
 
 
 def fingerprint(*parts: Any) -> str:

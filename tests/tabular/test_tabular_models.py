@@ -197,6 +197,32 @@ def test_bad_estimator_entries_are_one_line_errors(tmp_path, entry, match):
         effective_config(make_table_params(tmp_path, models={"Mine": entry}), "Mine")
 
 
+def test_stages_that_train_nothing_do_not_import_a_named_estimator(tmp_path):
+    """ingest and train import an estimator named by path to check it (a bad one is refused there);
+    the other stages (matrices, report...) read the same params without importing it."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    from driftmatrix.cli import stage_params
+    from driftmatrix.config import load_params, to_raw
+
+    raw = {**to_raw(make_table_params(tmp_path)), "models": {"Mine": {"estimator": "sklearn.ensemble.NoSuchThing"}}}
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match="Mine.estimator: sklearn.ensemble.NoSuchThing cannot be imported"):
+        load_params(path)
+    assert list(stage_params(path).models) == ["Mine"]
+    raw["models"] = {"Mine": {"estimator": "sklearn.linear_model.LogisticRegression"}}
+    path.write_text(yaml.safe_dump(raw))
+    probe = ("import sys; from driftmatrix.cli import stage_params; from driftmatrix.config import load_params; "
+             f"stage_params({str(path)!r}); print('sklearn' in sys.modules); "
+             f"load_params({str(path)!r}); print('sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["False", "True"]
+
+
 def test_estimator_options_on_catalog_and_torch_models_are_refused(tmp_path):
     from driftmatrix.config import effective_config
 

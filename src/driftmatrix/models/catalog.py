@@ -140,8 +140,10 @@ SINGLE_LABEL = ("binary", "multiclass", "regression")
 NEEDS = {"binary": "predict_proba", "multiclass": "predict_proba", "regression": "predict"}
 
 
-def model_problem(name: str, options: Mapping[str, Any], task: str, where: str) -> str | None:
-    """Why ``models.<name>`` with estimator ``options`` cannot work, or None (checked before training)."""
+def model_problem(name: str, options: Mapping[str, Any], task: str, where: str,
+                  import_estimator: bool = True) -> str | None:
+    """Why ``models.<name>`` with estimator ``options`` cannot work, or None (checked before training;
+    without ``import_estimator``, only what needs no import of a named estimator)."""
     spec = REGISTRY.get(name) or (custom_spec(name) if name in ESTIMATORS else None)
     if spec is None:
         return None
@@ -153,7 +155,7 @@ def model_problem(name: str, options: Mapping[str, Any], task: str, where: str) 
     if task not in TABULAR_TASKS.get(spec.build.cls, SINGLE_LABEL):
         return (f"{where}: {name} cannot do a {task} task (the tabular {task} model: MLP-Tab); remove it from "
                 "models or change dataset.task")
-    if spec.build.cls != "Custom":
+    if spec.build.cls != "Custom" or not import_estimator:
         return None
     import importlib
 
