@@ -34,6 +34,9 @@ def tiny_repo(root: Path) -> tuple[Path, dict]:
     params["tracking"].update(log_models=False, register=False)
     params["audit"].update(permutations=10, mmd_samples=30)
     params["saliency"].update(pairs=[], eval_years=[])
+    # units in the stage process: worker pools are tested elsewhere (tests/runtime, test_fresh_clone.py);
+    # for units of seconds their start-up costs more CPU than it saves, and the suite is CPU-bound
+    params["runtime"].update(workers=1)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(work / "src"), "MLFLOW_TRACKING_URI": f"sqlite:///{root / 'mlflow.db'}",

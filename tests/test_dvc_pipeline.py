@@ -78,6 +78,9 @@ def test_dvc_repro_is_idempotent_and_reruns_only_the_changed_model(tmp_path):
     params["tracking"].update(log_models=False, register=False)
     params["audit"].update(permutations=20, mmd_samples=50)
     params["saliency"].update(pairs=[{"model": "CNN-S", "cutoff": 1950}], eval_years=[1952], n_images=20)
+    # units in the stage process: worker pools are tested elsewhere (tests/runtime, test_fresh_clone.py);
+    # for units of seconds their start-up costs more CPU than it saves, and the suite is CPU-bound
+    params["runtime"].update(workers=1)
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
