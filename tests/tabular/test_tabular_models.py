@@ -183,6 +183,18 @@ def test_an_estimator_trusts_only_what_params_yaml_lists(sliced, tmp_path, table
         exp.train_unit(exp.plan.unit(0, 1))  # checked when it is trained, not first when it is scored
 
 
+def test_an_untrusted_type_stops_the_train_stage_in_one_line_naming_the_model(sliced, tmp_path, table_params):
+    """Through the stage and its worker pool: a ConfigError (the CLI's one-line error), not a traceback."""
+    from driftmatrix.stages import train as train_stage
+
+    _, paths = sliced
+    untrusting = table_params(tmp_path, models={"MyGBT": {k: v for k, v in CUSTOM["MyGBT"].items() if k != "trusted"}},
+                              runtime={"workers": 2})
+    with pytest.raises(ConfigError, match=r"^params.yaml: models.MyGBT: .*sklearn.tree._tree.Tree.*trusted"):
+        train_stage.run(untrusting, "MyGBT", paths.slices, tmp_path / "ckpt", validation_dir=paths.validation,
+                        features_dir=paths.features)
+
+
 @pytest.mark.parametrize("entry, match", [
     ({"estimator": "sklearn.ensemble.NoSuchThing"}, "cannot be imported"),
     ({"estimator": "not a path"}, "import path"),

@@ -25,14 +25,19 @@ def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], 
     from driftmatrix.runtime.executor import make_executor
     from driftmatrix.config import runtime_config
 
+    from driftmatrix.models.tabular import UntrustedModel
+
     executor = executor or make_executor(runtime_config(exp.params))
     description, done = exp.description(), []
-    for unit, result in executor.map(train_task, recipe, units, model=exp.spec.name, context=exp,
-                                     label="train"):
-        record = unit_record(exp, unit, result, training_data(exp, unit), tags)
-        done.append(store.write(unit.key, result["state"], description, record))
-        log.info("%s seed %d cutoff %s: %d rows, %s, %.1f s", unit.model, unit.seed, unit.cutoff,
-                 result["train_rows"], result["fit"], result["seconds"])
+    try:
+        for unit, result in executor.map(train_task, recipe, units, model=exp.spec.name, context=exp,
+                                         label="train"):
+            record = unit_record(exp, unit, result, training_data(exp, unit), tags)
+            done.append(store.write(unit.key, result["state"], description, record))
+            log.info("%s seed %d cutoff %s: %d rows, %s, %.1f s", unit.model, unit.seed, unit.cutoff,
+                     result["train_rows"], result["fit"], result["seconds"])
+    except UntrustedModel as exc:  # a setting, found when the first unit is fitted (in a worker, too)
+        raise ConfigError(f"params.yaml: models.{exp.spec.name}: {exc}") from None
     return done
 
 
