@@ -49,7 +49,7 @@ def write_scores(root, params, manifest, model, seed_diag, step, hole=None):
         for cell in plan.cells(unit, hashes):
             value = None if hole == (unit.seed, unit.cutoff_index, cell.j) else float(M[unit.cutoff_index, cell.j])
             cells[cell.key] = {"value": value, "n_eval": 10 + cell.j, "left_out": []}
-        store.put(unit.key, {"unit": {"key": unit.key}, "cells": cells,
+        store.write(unit.key, {"unit": {"key": unit.key}, "cells": cells,
                                "seconds": 10.0 * unit.seed + unit.cutoff_index + 0.5})  # its training time
 
 

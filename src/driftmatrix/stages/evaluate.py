@@ -57,7 +57,7 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
         if docs[u.key].get("seconds") != seconds:
             docs[u.key]["seconds"] = seconds
             if docs[u.key]["cells"] and not missing:
-                scores.put(u.key, docs[u.key])
+                scores.write(u.key, docs[u.key])
     log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes),
              sum(len(m) for _, m, _ in todo), len(todo))
     recipe = ExperimentRecipe.of(params, model, slices_dir, features_dir, env)
@@ -68,14 +68,14 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
         doc = docs[unit.key]
         doc["unit"] = {"model": unit.model, "seed": unit.seed, "cutoff": unit.cutoff, "key": unit.key}
         doc["cells"].update(cells)
-        scores.put(unit.key, doc)
+        scores.write(unit.key, doc)
     rows = RowLogs(params, exp, plan, hashes, docs)
     mlflow_ready.join()
     with rows:
         run_ids = sync(params, exp, ckpts, rows=rows.for_new_run, slices_dir=slices_dir, described=rows.version)
         written = rows.attach_rest(run_ids)
     for record in written:  # only once MLflow has them
-        scores.put(record["unit_key"], docs[record["unit_key"]])
+        scores.write(record["unit_key"], docs[record["unit_key"]])
     if written:
         log.info("%s: %d drift-matrix rows attached to their MLflow runs", plan.model, len(written))
     return written

@@ -103,17 +103,6 @@ def write_json(path: Path, obj: Any) -> None:
     tmp.replace(path)
 
 
-def write_json_line(path: Path, obj: Any) -> None:
-    """:func:`write_json` on one line: json's C encoder (indented output takes its pure-Python one, 5x
-    slower), for the files written per unit at every scoring and MLflow attach."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
-        f.write(json.dumps(obj))
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-
-
 def read_json(path: Path) -> Any:
     """The JSON in ``path``, or None when it is absent or cut short."""
     try:
@@ -155,15 +144,8 @@ class ScoreStore:
         return doc if isinstance(doc, dict) and isinstance(doc.get("cells"), dict) else {"cells": {}, "logged": {}}
 
     def write(self, key: str, doc: Mapping[str, Any]) -> None:
-        """``doc`` indented. The pipeline writes with :meth:`put`; this stays because the score code key
-        follows ``.write`` calls by name (``units.code``): removing it would rescore every cell."""
         self.dir.mkdir(parents=True, exist_ok=True)
         write_json(self.path(key), doc)
-
-    def put(self, key: str, doc: Mapping[str, Any]) -> None:
-        """:meth:`write` on one line (the evaluate stage's writes: a doc grows with K)."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        write_json_line(self.path(key), doc)
 
     def keys(self) -> list[str]:
         return sorted(p.stem for p in self.dir.glob("*.json") if p.name != ENVIRONMENT) if self.dir.exists() else []
