@@ -22,10 +22,9 @@ log = logging.getLogger(__name__)
 def train_units(exp: Experiment, store: CheckpointStore, units: Sequence[Unit], executor=None,
                 recipe: ExperimentRecipe | None = None, tags: Mapping[str, str] = ()) -> list[dict[str, Any]]:
     """Train ``units`` through the executor and write each checkpoint as it arrives."""
-    from driftmatrix.runtime.executor import make_executor
     from driftmatrix.config import runtime_config
-
     from driftmatrix.models.tabular import UntrustedModel
+    from driftmatrix.runtime.executor import make_executor
 
     executor = executor or make_executor(runtime_config(exp.params))
     description, done = exp.description(), []
