@@ -482,7 +482,8 @@ def main() -> None:
     except Exception as exc:  # clear one-line errors for known user mistakes
         from driftmatrix.tracking.server import explain, redact
 
-        if isinstance(exc, (ConfigError, DataError)):
+        tabular = sys.modules.get("driftmatrix.models.tabular")  # loaded if it raised: never imported here
+        if isinstance(exc, (ConfigError, DataError)) or (tabular and isinstance(exc, tabular.UntrustedModel)):
             typer.echo(f"error: {redact(str(exc))}", err=True)
             sys.exit(2)
         down = explain(exc)  # any stage whose MLflow tracking server or database stayed unreachable

@@ -64,6 +64,22 @@ def test_the_train_command_refuses_before_training_with_one_line(tmp_path, monke
     assert err.startswith("error: ") and "LogReg cannot do a multilabel task" in err
 
 
+
+def test_a_stored_model_the_project_does_not_trust_is_a_one_line_error(monkeypatch, capsys):
+    """A checkpoint or registered model whose skops bytes would build an untrusted type, met by any
+    command (evaluate, importance, serving): exit 2, one line naming the type, no traceback."""
+    from sklearn.tree import DecisionTreeClassifier
+
+    from driftmatrix import cli
+
+    stored = tabular.dump(DecisionTreeClassifier(max_depth=1).fit([[0.0], [1.0]], [0, 1]))
+    monkeypatch.setattr(cli, "app", lambda: tabular.load(stored, trusted=[]))
+    with pytest.raises(SystemExit) as exit_:
+        cli.main()
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert err.startswith("error: stored model would build untrusted types") and "sklearn.tree._tree.Tree" in err
+
 def test_library_fits_log_their_iterations_not_epochs(sliced, caplog):
     from driftmatrix.stages import train as train_stage
     params, paths = sliced
