@@ -18,7 +18,8 @@ help:  ## list targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
 $(STAMP): requirements.txt pyproject.toml tools/install_deps.py
-	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	@# a venv whose creation was killed has a python but no pip: made afresh
+	$(VENV)/bin/python -c 'import pip' 2>/dev/null || $(PYTHON) -m venv --clear $(VENV)
 	$(PYTHON) tools/install_deps.py $(VENV)
 	touch $(STAMP)
 
