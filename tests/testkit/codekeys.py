@@ -73,14 +73,26 @@ def _ran(fn) -> set[tuple[str, str]]:
     """(module, qualified name) of every package function that runs in ``fn()``, except inside the
     functions whose results the keys hold as values (provenance.KEYED_BY_VALUE)."""
     ran, skipping = set(), []
+    modules: dict[str, str | None] = {}  # file name -> package module, None outside the package
 
-    def profile(frame, event, arg):
-        code = frame.f_code
-        path = Path(code.co_filename)
-        if event not in ("call", "return") or not path.is_relative_to(SRC) or code.co_name == "<module>":
-            return
+    def module_of(filename: str) -> str | None:
+        path = Path(filename)
+        if not path.is_relative_to(SRC):
+            return None
         parts = path.relative_to(SRC.parent).with_suffix("").parts
-        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    def profile(frame, event, arg):  # called for every call of every library too: cheap first tests
+        if event != "call" and event != "return":
+            return
+        code = frame.f_code
+        if code.co_name == "<module>":
+            return
+        module = modules.get(code.co_filename, False)
+        if module is False:
+            module = modules[code.co_filename] = module_of(code.co_filename)
+        if module is None:
+            return
         qual = code.co_qualname.split(".<locals>")[0]
         if f"{module}.{qual}" in provenance.KEYED_BY_VALUE:
             skipping.append(frame) if event == "call" else skipping.remove(frame)
