@@ -191,12 +191,12 @@ def test_editing_a_project_estimator_module_retrains_that_models_units_only(tmp_
     work, env = scratch(tmp_path, params, {"src/custom_models/mine.py": MINE})  # params name it: it must exist
     module = work / "src" / "custom_models" / "mine.py"
     models = tuple(params["models"])
-    settled(sh(["dvc", "repro"], work, env), models, stale=set(models))
+    settled(sh(["dvc", "repro"], work, env), models, stale=set(models))  # importance and report load MyEst too
     module.write_text("# a comment\n" + MINE)  # every train stage reruns (a dependency), none trains
-    comment = sh(["dvc", "repro"], work, env)
+    comment = sh(UNITS, work, env)
     assert trained(comment) == {m: (YEARS, YEARS, 0) for m in models} and scored(comment) == {}
     module.write_text(MINE.replace("super().fit(X, y, sample_weight)", "super().fit(X * 1.0, y, sample_weight)"))
-    again = sh(["dvc", "repro"], work, env)
+    again = sh(UNITS, work, env)
     assert trained(again) == {"LogReg": (YEARS, YEARS, 0), "MyEst": (YEARS, 0, YEARS)}
     assert scored(again) == {"MyEst": (YEARS * YEARS, YEARS * YEARS, YEARS)}  # LogReg's checkpoints: unchanged
-    assert "up to date" in sh(["dvc", "status"], work, env)
+    assert "up to date" in sh(["dvc", "status", *UNITS[2:]], work, env)  # the stages after evaluate wait
