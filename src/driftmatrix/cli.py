@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 
 from driftmatrix.config import PolicyConfig, load_params, policy_config
-from driftmatrix.errors import ConfigError, DataError
+from driftmatrix.errors import ConfigError, DataError, untrusted_model
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Temporal drift matrices: train on the past, score on every period.")
@@ -482,8 +482,7 @@ def main() -> None:
     except Exception as exc:  # clear one-line errors for known user mistakes
         from driftmatrix.tracking.server import explain, redact
 
-        tabular = sys.modules.get("driftmatrix.models.tabular")  # loaded if it raised: never imported here
-        if isinstance(exc, (ConfigError, DataError)) or (tabular and isinstance(exc, tabular.UntrustedModel)):
+        if isinstance(exc, (ConfigError, DataError)) or untrusted_model(exc):
             typer.echo(f"error: {redact(str(exc))}", err=True)
             sys.exit(2)
         down = explain(exc)  # any stage whose MLflow tracking server or database stayed unreachable

@@ -8,3 +8,12 @@ class ConfigError(ValueError):
 
 class DataError(ValueError):
     """Raw data that cannot be read as configured: one line naming the file, record and field."""
+
+
+def untrusted_model(exc: BaseException) -> bool:
+    """Whether ``exc`` is ``models.tabular.UntrustedModel`` (a stored model that would build types the
+    project does not trust), found without importing that module and torch with it."""
+    import sys
+
+    tabular = sys.modules.get("driftmatrix.models.tabular")  # loaded wherever one was raised
+    return tabular is not None and isinstance(exc, tabular.UntrustedModel)

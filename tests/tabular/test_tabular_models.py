@@ -195,6 +195,35 @@ def test_an_untrusted_type_stops_the_train_stage_in_one_line_naming_the_model(sl
                         features_dir=paths.features)
 
 
+
+def test_a_checkpoint_that_would_build_an_untrusted_type_stops_evaluate_and_importance_naming_it(sliced, tmp_path,
+                                                                                                 table_params):
+    """A LogReg checkpoint whose skops bytes were swapped for a tree's after training: the evaluate
+    stage (through its worker pool) and the importance stage refuse it unbuilt, in one line naming
+    the folder, the model and the type."""
+    from safetensors.torch import load_file, save_file
+    from sklearn.tree import DecisionTreeClassifier
+
+    from driftmatrix.errors import DataError
+    from driftmatrix.stages import evaluate as evaluate_stage
+    from driftmatrix.stages import importance as importance_stage
+    from driftmatrix.stages import train as train_stage
+
+    _, paths = sliced
+    params = table_params(tmp_path, models={"LogReg": {}}, runtime={"workers": 2})
+    ckpts = tmp_path / "ckpt"
+    train_stage.run(params, "LogReg", paths.slices, ckpts, validation_dir=paths.validation, features_dir=paths.features)
+    store = CheckpointStore(ckpts, "LogReg")
+    first = sorted(store.keys())[0]
+    weights = store.folder(first) / "model.safetensors"
+    state = load_file(str(weights))
+    state["estimator.skops"] = tabular.dump(DecisionTreeClassifier(max_depth=1).fit([[0.0], [1.0]], [0, 1]))
+    save_file(state, str(weights))
+    with pytest.raises(DataError, match=rf"^{ckpts / 'LogReg'}: a checkpoint of LogReg: .*sklearn\.tree\._tree\.Tree"):
+        evaluate_stage.run(params, "LogReg", paths.slices, ckpts, tmp_path / "scores", features_dir=paths.features)
+    with pytest.raises(DataError, match=rf"^{ckpts / 'LogReg' / first}: LogReg cutoff \d+ seed 0: .*sklearn\.tree"):
+        importance_stage.model_importance(params, "LogReg", paths.slices, ckpts, paths.features)
+
 @pytest.mark.parametrize("entry, match", [
     ({"estimator": "sklearn.ensemble.NoSuchThing"}, "cannot be imported"),
     ({"estimator": "not a path"}, "import path"),

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from driftmatrix.config import Params
-from driftmatrix.errors import DataError
+from driftmatrix.errors import DataError, untrusted_model
 from driftmatrix.learn.score import row_summary
 from driftmatrix.units.experiment import score_task
 from driftmatrix.units.plan import ModelPlan, Unit
@@ -63,12 +63,17 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     recipe = ExperimentRecipe.of(params, model, slices_dir, features_dir, env)
     if todo and not in_workers:  # scored in this process (GPU, one worker): with the inputs
         exp = Experiment(params, model, slices_dir, features_dir, env)
-    for (unit, _, _), cells in make_executor(runtime_config(params)).map(
-            score_task, recipe, todo, model=model, label="evaluate", context=None if in_workers else exp):
-        doc = docs[unit.key]
-        doc["unit"] = {"model": unit.model, "seed": unit.seed, "cutoff": unit.cutoff, "key": unit.key}
-        doc["cells"].update(cells)
-        scores.write(unit.key, doc)
+    try:
+        for (unit, _, _), cells in make_executor(runtime_config(params)).map(
+                score_task, recipe, todo, model=model, label="evaluate", context=None if in_workers else exp):
+            doc = docs[unit.key]
+            doc["unit"] = {"model": unit.model, "seed": unit.seed, "cutoff": unit.cutoff, "key": unit.key}
+            doc["cells"].update(cells)
+            scores.write(unit.key, doc)
+    except Exception as exc:
+        if untrusted_model(exc):  # a checkpoint changed since it was trained, or trusted by other params
+            raise DataError(f"{ckpts.dir}: a checkpoint of {model}: {exc}") from None
+        raise
     rows = RowLogs(params, exp, plan, hashes, docs)
     mlflow_ready.join()
     with rows:

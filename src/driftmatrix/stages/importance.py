@@ -12,6 +12,7 @@ import numpy as np
 
 from driftmatrix.analysis.matrixfile import nested_lists
 from driftmatrix.config import Params
+from driftmatrix.errors import DataError
 from driftmatrix.explain.importance import REPEATS, held_out_rows, permutation_importance
 
 log = logging.getLogger(__name__)
@@ -21,6 +22,7 @@ def model_importance(params: Params, model: str, slices_dir, checkpoints_dir, fe
     """Permutation importance of ``model`` at every cutoff whose first-seed unit is trained."""
     from driftmatrix.units.store import CheckpointStore
     from driftmatrix.units.environment import recorded_environment
+    from driftmatrix.models.tabular import UntrustedModel
     from driftmatrix.units.experiment import Experiment
 
     exp = Experiment(params, model, slices_dir, features_dir,
@@ -37,7 +39,10 @@ def model_importance(params: Params, model: str, slices_dir, checkpoints_dir, fe
         rows = held_out_rows(exp.slice_ids, exp.split, unit.window)
         if not len(rows):
             continue
-        fitted = exp.load_unit(store, unit.key)
+        try:
+            fitted = exp.load_unit(store, unit.key)
+        except UntrustedModel as exc:
+            raise DataError(f"{store.dir / unit.key}: {model} cutoff {unit.cutoff} seed {unit.seed}: {exc}") from None
         base, mean, sd = permutation_importance(fitted, exp.inputs.num[rows].numpy(), exp.inputs.cat[rows].numpy(),
                                                 exp.targets_np[rows], exp.meta.task, exp.metric)
         values[:, i], std[:, i], baseline[i] = mean, sd, base if exp.metric.higher_is_better else -base
