@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import sys
 from pathlib import Path
 
@@ -73,9 +74,10 @@ def _ran(fn) -> set[tuple[str, str]]:
     """(module, qualified name) of every package function that runs in ``fn()``, except inside the
     functions whose results the keys hold as values (provenance.KEYED_BY_VALUE)."""
     ran, skipping = set(), []
-    modules: dict[str, str | None] = {}  # file name -> package module, None outside the package
 
+    @functools.cache
     def module_of(filename: str) -> str | None:
+        """The package module of a file, None outside the package (asked once per file)."""
         path = Path(filename)
         if not path.is_relative_to(SRC):
             return None
@@ -88,9 +90,7 @@ def _ran(fn) -> set[tuple[str, str]]:
         code = frame.f_code
         if code.co_name == "<module>":
             return
-        module = modules.get(code.co_filename, False)
-        if module is False:
-            module = modules[code.co_filename] = module_of(code.co_filename)
+        module = module_of(code.co_filename)
         if module is None:
             return
         qual = code.co_qualname.split(".<locals>")[0]
