@@ -389,9 +389,11 @@ faults()
 plain = faults()
 assert keep_freed_memory()
 faults()  # the heap grows once
-print(plain, faults())
+print(plain, min(faults() for _ in range(3)))  # the fewest of three windows: a stray heap growth is not a step
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     plain, kept = map(int, out.split())
-    assert plain > 10 * 200, (plain, kept)  # activations and gradients faulted in again every step
-    assert kept < plain / 4, (plain, kept)
+    # plain glibc page-faults 800-4,000 pages a step on dev machines but only ~150 on one CI machine (cause
+    # unknown), so the test asserts what keep_freed_memory promises, not what plain malloc costs
+    assert kept <= 10 * 20, (plain, kept)  # steady state: steps reuse the heap (without it: >= 150 a step)
+    assert kept <= plain, (plain, kept)
