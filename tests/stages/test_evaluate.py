@@ -85,3 +85,44 @@ def test_scoring_before_training_names_the_missing_checkpoints_and_the_command(t
     with pytest.raises(DataError, match=r"8 of 8 units of MLP-S have no checkpoint \(first: seed 0 cutoff 1950\); "
                                         r"run `driftmatrix train -m MLP-S` first"):
         evaluation.run(params, "MLP-S", tmp_path / "slices", tmp_path / "ckpts", tmp_path / "scores")
+
+
+def test_weights_changed_since_training_are_refused_by_train_and_evaluate_naming_the_file(
+        tmp_path, tiny_params, mlflow_store):
+    """A unit's weights file overwritten after training (its key no longer says what made it): the train
+    stage refuses before DVC would save the folder, the evaluate stage before scores, runs or registry
+    versions could stand for it; the file put back, both go on."""
+    import re
+
+    import pytest
+
+    from driftmatrix.data import synthetic
+    from driftmatrix.errors import DataError
+    from driftmatrix.stages import evaluate as evaluation
+    from driftmatrix.stages import ingest
+    from driftmatrix.stages import slice as slice_stage
+    from driftmatrix.stages import train
+    from driftmatrix.units.store import CheckpointStore
+
+    params = tiny_params(tmp_path, models={"Prior": {}}, runtime={"workers": 1})
+    synthetic.write_dataset(params.synthetic, tmp_path / "raw")
+    ingest.run(params, tmp_path / "ingested")
+    slice_stage.run(params, tmp_path / "ingested", tmp_path / "slices")
+    ckpts, scores = tmp_path / "ckpts", tmp_path / "scores"
+    assert len(train.run(params, "Prior", tmp_path / "slices", ckpts)) == 8
+    store = CheckpointStore(ckpts, "Prior")
+    weights = store.folder(store.keys()[3]) / store.WEIGHTS
+    original = weights.read_bytes()
+    changed = bytearray(original)
+    changed[-1] ^= 1  # still a safetensors file that loads: other weights, not a broken file
+    weights.write_bytes(bytes(changed))
+    refused = re.escape(f"{weights}: not the weights its unit.json records (changed since training; 1 of 8 units "
+                        f"of Prior): restore them (`dvc checkout {ckpts / 'Prior'}`) or delete the unit folders")
+    with pytest.raises(DataError, match=refused):
+        train.run(params, "Prior", tmp_path / "slices", ckpts)
+    with pytest.raises(DataError, match=refused):
+        evaluation.run(params, "Prior", tmp_path / "slices", ckpts, scores)
+    assert not scores.exists() or not list(scores.rglob("*.json"))  # nothing was scored from it
+    weights.write_bytes(original)
+    assert train.run(params, "Prior", tmp_path / "slices", ckpts) == []  # every unit done
+    assert len(evaluation.run(params, "Prior", tmp_path / "slices", ckpts, scores)) == 8

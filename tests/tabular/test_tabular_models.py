@@ -3,6 +3,7 @@ estimators named by import path."""
 
 from __future__ import annotations
 
+import json
 import pickle
 import shutil
 from pathlib import Path
@@ -12,7 +13,7 @@ import pandas as pd
 import pytest
 import torch
 
-from driftmatrix.units.store import CheckpointStore
+from driftmatrix.units.store import CheckpointStore, file_digest
 from driftmatrix.models.catalog import load_model_folder
 from driftmatrix.config import ConfigError
 from driftmatrix.data.table import feature_column
@@ -198,9 +199,10 @@ def test_an_untrusted_type_stops_the_train_stage_in_one_line_naming_the_model(sl
 
 def test_a_checkpoint_that_would_build_an_untrusted_type_stops_evaluate_and_importance_naming_it(sliced, tmp_path,
                                                                                                  table_params):
-    """A LogReg checkpoint whose skops bytes were swapped for a tree's after training: the evaluate
-    stage (through its worker pool) and the importance stage refuse it unbuilt, in one line naming
-    the folder, the model and the type."""
+    """A LogReg checkpoint whose skops bytes were swapped for a tree's after training is refused as
+    changed weights; with a record that matches it (as a checkpoint trained when the params trusted
+    more would have), the evaluate stage (through its worker pool) and the importance stage refuse
+    it unbuilt, in one line naming the folder, the model and the type."""
     from safetensors.torch import load_file, save_file
     from sklearn.tree import DecisionTreeClassifier
 
@@ -219,6 +221,10 @@ def test_a_checkpoint_that_would_build_an_untrusted_type_stops_evaluate_and_impo
     state = load_file(str(weights))
     state["estimator.skops"] = tabular.dump(DecisionTreeClassifier(max_depth=1).fit([[0.0], [1.0]], [0, 1]))
     save_file(state, str(weights))
+    with pytest.raises(DataError, match=rf"^{weights}: not the weights its unit.json records"):
+        evaluate_stage.run(params, "LogReg", paths.slices, ckpts, tmp_path / "scores", features_dir=paths.features)
+    record = store.folder(first) / "unit.json"
+    record.write_text(json.dumps({**store.record(first), "weights_digest": file_digest(weights)}))
     with pytest.raises(DataError, match=rf"^{ckpts / 'LogReg'}: a checkpoint of LogReg: .*sklearn\.tree\._tree\.Tree"):
         evaluate_stage.run(params, "LogReg", paths.slices, ckpts, tmp_path / "scores", features_dir=paths.features)
     with pytest.raises(DataError, match=rf"^{ckpts / 'LogReg' / first}: LogReg cutoff \d+ seed 0: .*sklearn\.tree"):

@@ -16,7 +16,7 @@ from driftmatrix.errors import DataError, untrusted_model
 from driftmatrix.learn.score import row_summary
 from driftmatrix.units.experiment import score_task
 from driftmatrix.units.plan import ModelPlan, Unit
-from driftmatrix.units.store import CheckpointStore, ScoreStore, current_row
+from driftmatrix.units.store import CheckpointStore, ScoreStore, current_row, refuse_replaced_weights
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,7 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
         raise DataError(f"{ckpts.dir}: {len(untrained)} of {len(plan.units)} units of {model} have no "
                         f"checkpoint (first: seed {untrained[0].seed} cutoff {untrained[0].cutoff}); "
                         f"run `driftmatrix train -m {model}` first")
+    refuse_replaced_weights(ckpts, plan.units)
     scores.write_environment(env.to_dict())
     docs = {u.key: current_doc(scores.read(u.key), ckpts.weights_digest(u.key)) for u in plan.units}
     todo = []

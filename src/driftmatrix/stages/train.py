@@ -14,7 +14,7 @@ from driftmatrix.units.environment import resolve_environment
 from driftmatrix.units.experiment import (Experiment, ExperimentInfo, ExperimentRecipe, train_task, training_data,
                                          unit_record)
 from driftmatrix.units.plan import Unit
-from driftmatrix.units.store import CheckpointStore
+from driftmatrix.units.store import CheckpointStore, refuse_replaced_weights
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,8 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
     store = CheckpointStore(out_dir, model)
     store.write_environment(env.to_dict())
     todo = largest_first([u for u in info.plan.units if not store.done(u.key)], info.manifest)
+    waiting = {u.key for u in todo}
+    refuse_replaced_weights(store, [u for u in info.plan.units if u.key not in waiting])  # before DVC saves them
     log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(info.plan.units),
              info.plan.window.name, len(info.plan.units) - len(todo), len(todo))
     if not todo:  # nothing to train: no inputs, no executor

@@ -84,6 +84,21 @@ class CheckpointStore:
         return read_json(self.dir / ENVIRONMENT)
 
 
+def refuse_replaced_weights(store: CheckpointStore, units) -> None:
+    """A DataError naming the first unit whose weights file is not the one its record was written
+    with (copied over, edited): its key no longer says what made it, and scores, runs and registry
+    versions would stand for weights that are gone. Records older than digests are not checked.
+    (A function, not a method: CheckpointStore is on the scoring path, and cell keys digest it.)"""
+    from driftmatrix.errors import DataError
+
+    replaced = [u for u in units if (recorded := store.record(u.key).get("weights_digest"))
+                and file_digest(store.folder(u.key) / WEIGHTS) != recorded]
+    if replaced:
+        raise DataError(f"{store.folder(replaced[0].key) / WEIGHTS}: not the weights its {RECORD} records (changed "
+                        f"since training; {len(replaced)} of {len(units)} units of {store.dir.name}): restore them "
+                        f"(`dvc checkout {store.dir}`) or delete the unit folders to train them again")
+
+
 def file_digest(path: str | Path) -> str:
     """sha256 of a file's bytes: ties scores and runs to the exact weights they came from."""
     h = hashlib.sha256()
