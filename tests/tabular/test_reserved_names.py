@@ -16,7 +16,7 @@ from driftmatrix.audit import gate
 from driftmatrix.stages import validate as validate_stage
 from testkit.pipeline import Paths, prepare
 
-from conftest import make_table_params
+from testkit.tables import make_table_params
 
 RESERVED = ("period", "id", "label", "timestamp", "slice", "split", "text")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import TABULAR
+from testkit.tables import TABULAR
 from testkit.codekeys import untraced
 
 

@@ -13,7 +13,7 @@ from driftmatrix.config import ConfigError
 from driftmatrix.features.table import hash_column
 from driftmatrix.models import tabular
 
-from conftest import make_table_params
+from testkit.tables import make_table_params
 
 
 @pytest.mark.parametrize("model, match", [

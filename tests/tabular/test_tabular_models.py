@@ -22,7 +22,7 @@ from driftmatrix.models import tabular
 from driftmatrix.units.experiment import Experiment
 from driftmatrix.learn.fit import predict
 
-from conftest import TABULAR, make_table_params
+from testkit.tables import TABULAR, make_table_params
 
 CUSTOM = {"MyGBT": {"estimator": "sklearn.ensemble.GradientBoostingClassifier",
                     "params": {"max_depth": 2, "n_estimators": 15}, "trusted": ["sklearn.tree._tree.Tree"]}}

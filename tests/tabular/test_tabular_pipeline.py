@@ -15,7 +15,7 @@ from driftmatrix.units import experiment
 from driftmatrix.units import plan
 from testkit.pipeline import Paths, prepare
 
-from conftest import make_table_params
+from testkit.tables import make_table_params
 
 MODELS = {"LogReg": {}, "LightGBM": {}, "Prior": {}}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from conftest import make_table_params
+from testkit.tables import make_table_params
 
 from driftmatrix.stages import matrices
 from testkit.pipeline import Paths, prepare, train_and_evaluate

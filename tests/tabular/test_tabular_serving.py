@@ -28,7 +28,7 @@ from driftmatrix.units.store import ScoreStore
 from testkit.pipeline import Paths, run_all
 from driftmatrix.learn.tasks import cell_score
 
-from conftest import make_table_params
+from testkit.tables import make_table_params
 from testkit.serving import held_out, in_process, post, served
 
 MODELS = {"LogReg": {}, "HistGBT": {}, "LightGBM": {}, "MLP-Tab": {}, "Prior": {},
