@@ -196,7 +196,6 @@ def test_an_untrusted_type_stops_the_train_stage_in_one_line_naming_the_model(sl
                         features_dir=paths.features)
 
 
-
 def test_a_checkpoint_that_would_build_an_untrusted_type_stops_evaluate_and_importance_naming_it(sliced, tmp_path,
                                                                                                  table_params):
     """A LogReg checkpoint whose skops bytes were swapped for a tree's after training is refused as
@@ -229,6 +228,7 @@ def test_a_checkpoint_that_would_build_an_untrusted_type_stops_evaluate_and_impo
         evaluate_stage.run(params, "LogReg", paths.slices, ckpts, tmp_path / "scores", features_dir=paths.features)
     with pytest.raises(DataError, match=rf"^{ckpts / 'LogReg' / first}: LogReg cutoff \d+ seed 0: .*sklearn\.tree"):
         importance_stage.model_importance(params, "LogReg", paths.slices, ckpts, paths.features)
+
 
 @pytest.mark.parametrize("entry, match", [
     ({"estimator": "sklearn.ensemble.NoSuchThing"}, "cannot be imported"),

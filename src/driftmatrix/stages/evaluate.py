@@ -72,7 +72,7 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
             doc["cells"].update(cells)
             scores.write(unit.key, doc)
     except Exception as exc:
-        if untrusted_model(exc):  # a checkpoint changed since it was trained, or trusted by other params
+        if untrusted_model(exc):  # trained under params that trusted more (a changed file is refused above)
             raise DataError(f"{ckpts.dir}: a checkpoint of {model}: {exc}") from None
         raise
     rows = RowLogs(params, exp, plan, hashes, docs)
