@@ -86,6 +86,9 @@ class TrackingConfig:
     experiment: str = "driftmatrix"
     log_models: bool = True
     register: bool | None = None  # None: as log_models (a registry version is the run's logged model)
+    #: units written at once through an HTTP tracking server (each a dozen round trips); a local
+    #: store (sqlite, a database URI) is written one unit at a time
+    server_threads: int = field(default=8, metadata=_bound(lambda v: v >= 1, "a whole number of at least 1"))
 
     def __post_init__(self):
         if self.register is None:

@@ -124,6 +124,40 @@ def test_the_registry_sync_writes_only_what_differs(mlflow_store, monkeypatch):
     assert aliases()["cutoff-1950"] == runs["k-1950-0"]
 
 
+def test_a_server_is_written_several_units_at_once_a_local_store_one_at_a_time(monkeypatch):
+    """``each`` keeps the order of its items; at a failure it starts no further item, lets the
+    writes under way finish (they leave nothing half-done) and raises that failure."""
+    import threading
+    import time
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert tracking.write_threads(TrackingConfig(uri="http://127.0.0.1:5000")) == 8
+    assert tracking.write_threads(TrackingConfig(uri="https://mlflow.example.org", server_threads=3)) == 3
+    assert tracking.write_threads(TrackingConfig(uri="sqlite:///mlflow.db", server_threads=3)) == 1
+    assert tracking.write_threads(TrackingConfig(uri="postgresql://u@127.0.0.1/db")) == 1
+
+    names, done = set(), []
+
+    def write(i):
+        names.add(threading.current_thread().name)
+        if i == 1:
+            raise ValueError(f"unit {i}")
+        time.sleep(0.2)
+        done.append(i)
+        return i * i
+
+    assert tracking.each(lambda i: i * i, range(5), 4) == [0, 1, 4, 9, 16]
+    assert tracking.each(write, [4, 2, 0], 2) == [16, 4, 0] and len(names) == 2
+    done.clear()
+    with pytest.raises(ValueError, match="unit 1"):
+        tracking.each(write, list(range(12)), 4)
+    assert {0, 2, 3} <= set(done) <= {0, 2, 3, 4}  # under way (4: taken by 1's thread at once); 5-11 never ran
+    done.clear()
+    with pytest.raises(ValueError, match="unit 1"):
+        tracking.each(write, list(range(5)), 1)
+    assert done == [0]
+
+
 # --- sync_units: one live run and one registry version per unit ---------------------------------
 
 def _record(cutoff, seed, key, folder=None, dataset="d", model="M", environment=None):

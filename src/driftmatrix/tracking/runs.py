@@ -415,12 +415,12 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row, describe
     keep, drop = plan_runs(model_runs(exp_id, model), dataset, wanted, project)
     restored = _apply(client, keep, drop)
     by_key = {key: r.info.run_id for key, r in keep.items()}
-    created = 0
-    for key, record in wanted.items():
-        if key not in by_key:
-            by_key[key] = create_unit_run(client, exp_id, record, folders[key] if cfg.log_models else None, tags,
-                                          row)
-            created += 1
+    threads = write_threads(cfg)
+    new = [key for key in wanted if key not in by_key]
+    models = {key: folders[key] if cfg.log_models else None for key in new}  # made here, not in the threads
+    by_key.update(zip(new, each(lambda key: create_unit_run(client, exp_id, wanted[key], models[key], tags, row),
+                                new, threads)))
+    created = len(new)
     if created:  # another writer may have made the same units meanwhile: keep the same survivors
         keep, more = plan_runs(model_runs(exp_id, model), dataset, wanted, project)
         _apply(client, keep, more)
@@ -433,12 +433,39 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row, describe
             client.log_artifacts(r.info.run_id, str(folders[key]), artifact_path="model")
             client.set_tag(r.info.run_id, MODEL_TAG, _model_format())
     if cfg.register and cfg.log_models:
-        sync_registry(client, registered_name(dataset, model), list(wanted.values()), by_key, project, described)
+        sync_registry(client, registered_name(dataset, model), list(wanted.values()), by_key, project, described,
+                      threads)
     superseded = sum(1 for _, by in drop if by)
     if created or restored or superseded:
         log.info("mlflow %s: %d runs created, %d restored, %d superseded (%d live)", model, created,
                  restored, superseded, len(by_key))
     return by_key
+
+
+def write_threads(cfg: TrackingConfig) -> int:
+    """Units written at once: ``server_threads`` through an HTTP server, whose calls are round trips
+    the server serves concurrently; one into a local store, where a second writer only waits."""
+    return cfg.server_threads if urlparse(tracking_uri(cfg)).scheme in ("http", "https") else 1
+
+
+def each(write: Callable[[Any], Any], items: Sequence[Any], threads: int = 1) -> list[Any]:
+    """``[write(item) for item in items]``, ``threads`` at a time. At the first failure no further
+    item starts, the writes under way finish, and that failure is raised: each write leaves nothing
+    half-done, so the next sync redoes only what is missing (and a lost server is reported once)."""
+    items = list(items)
+    if threads <= 1 or len(items) <= 1:
+        return [write(item) for item in items]
+    from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+
+    with ThreadPoolExecutor(min(threads, len(items)), thread_name_prefix="mlflow-write") as pool:
+        futures = [pool.submit(write, item) for item in items]
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            f.cancel()  # those not started yet
+    for f in futures:
+        if not f.cancelled() and f.exception() is not None:
+            raise f.exception()
+    return [f.result() for f in futures]
 
 
 def _apply(client, keep: Mapping[str, Any], drop: Sequence[tuple[Any, str | None]]) -> int:
@@ -503,9 +530,9 @@ def store_lock(uri: str):
 
 
 def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_ids: Mapping[str, str],
-                  project: str | None = None, described: DescribedBy | None = None) -> None:
+                  project: str | None = None, described: DescribedBy | None = None, threads: int = 1) -> None:
     """One version per current unit (:func:`registry_plan`), aliases ``cutoff-<label>-seed-<s>`` per seed
-    and ``cutoff-<label>`` for the lowest seed; only what differs is written."""
+    and ``cutoff-<label>`` for the lowest seed; only what differs is written, ``threads`` calls at a time."""
     from driftmatrix.tracking.pyfunc import quiet_mlflow
 
     from mlflow.exceptions import MlflowException
@@ -534,27 +561,30 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
         if v.name == name:
             for alias in [a for a, n in aliases.items() if n == str(v.version)]:
                 del aliases[alias]
-    lowest: dict[str, tuple[int, str]] = {}
+    def create(r: Mapping[str, Any]):
+        unit = r["unit"]
+        scores, text = (described and described(unit["key"], r.get("train_rows"))) or ({}, None)
+        return client.create_model_version(
+            name, f"runs:/{run_ids[unit['key']]}/model", run_id=run_ids[unit["key"]],
+            tags={**scores, "cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]),
+                  "seed": str(unit["seed"]), "unit_key": unit["key"], "dataset": name.rpartition(".")[0],
+                  "model": model, "train_rows": str(r.get("train_rows", "")),
+                  **{k: str(v) for k, v in ((WEIGHTS_TAG, r.get("weights_digest")), ("hardware", (
+                      r.get("environment") or {}).get("hardware"))) if v},
+                  **({PROJECT_TAG: project} if project else {})}, description=text)
+
+    new = [r for r in records if r["unit"]["key"] not in by_key]
     with quiet_mlflow():
+        by_key.update(zip([r["unit"]["key"] for r in new], each(create, new, threads)))
+        pointed: dict[str, str] = {}
+        lowest: dict[str, tuple[int, str]] = {}
         for r in records:
-            unit = r["unit"]
-            version = by_key.get(unit["key"])
-            if version is None:
-                scores, text = (described and described(unit["key"], r.get("train_rows"))) or ({}, None)
-                version = client.create_model_version(
-                    name, f"runs:/{run_ids[unit['key']]}/model", run_id=run_ids[unit["key"]],
-                    tags={**scores, "cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]),
-                          "seed": str(unit["seed"]), "unit_key": unit["key"], "dataset": name.rpartition(".")[0],
-                          "model": model, "train_rows": str(r.get("train_rows", "")),
-                          **{k: str(v) for k, v in ((WEIGHTS_TAG, r.get("weights_digest")), ("hardware", (
-                              r.get("environment") or {}).get("hardware"))) if v},
-                          **({PROJECT_TAG: project} if project else {})}, description=text)
-            point(alias_for(unit["cutoff"], unit["seed"]), str(version.version))
-            best = lowest.get(unit["cutoff"])
-            if best is None or unit["seed"] < best[0]:
-                lowest[unit["cutoff"]] = (unit["seed"], str(version.version))
-        for cutoff, (_, version) in lowest.items():
-            point(alias_for(cutoff), version)
+            unit, version = r["unit"], str(by_key[r["unit"]["key"]].version)
+            pointed[alias_for(unit["cutoff"], unit["seed"])] = version
+            if unit["cutoff"] not in lowest or unit["seed"] < lowest[unit["cutoff"]][0]:
+                lowest[unit["cutoff"]] = (unit["seed"], version)
+        pointed.update({alias_for(cutoff): version for cutoff, (_, version) in lowest.items()})
+        each(lambda item: point(*item), [(a, v) for a, v in pointed.items() if aliases.get(a) != v], threads)
 
 
 def registry_plan(versions: Sequence[Any], name: str, records: Sequence[Mapping[str, Any]],
@@ -653,11 +683,15 @@ def log_rows(cfg: TrackingConfig, rows: Sequence[tuple[str, Mapping[str, float],
     configure(cfg)
     client = MlflowClient()
     now = int(time.time() * 1000)
-    for run_id, metrics, folder in rows:
+
+    def attach(item: tuple[str, Mapping[str, float], Path]) -> None:
+        run_id, metrics, folder = item
         client.log_batch(run_id, metrics=[_metric(k, v, now, step) for k, v in metrics.items()])
         if data:
             log_inputs(client, run_id, [_dataset_input(data["name"], data["digest"], data["source"], "evaluation")])
         client.log_artifacts(run_id, str(folder))
+
+    each(attach, list(rows), write_threads(cfg))
 
 
 def registered_version(client, unit, weights_digest: str | None = None):
