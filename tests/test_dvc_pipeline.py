@@ -159,3 +159,19 @@ def test_a_torn_dvc_lock_is_moved_aside_and_a_valid_one_kept(tmp_path):
     lock.write_text(torn)
     aside = repair_dvc_lock(lock)
     assert aside == tmp_path / "dvc.lock.torn" and aside.read_text() == torn and not lock.exists()
+
+
+@pytest.mark.parametrize("torn", ["", '{"read": {"outputs/slices": [{"pid": 12, "cmd": "dvc rep'])
+def test_a_torn_dvc_rwlock_is_moved_aside_and_a_valid_one_kept(tmp_path, torn):
+    """DVC's table of stage locks (.dvc/tmp/rwlock), torn by a kill mid-write, stops every later
+    `dvc repro` ("JSON structure is corrupted"); `driftmatrix repair-lock` moves only such a file aside."""
+    rwlock = tmp_path / ".dvc" / "tmp" / "rwlock"
+    rwlock.parent.mkdir(parents=True)
+    valid = '{"read": {}, "write": {"outputs/slices": {"pid": 12, "cmd": "dvc repro"}}}'
+    rwlock.write_text(valid)
+    run = lambda: subprocess.run([sys.executable, "-m", "driftmatrix", "repair-lock"], cwd=tmp_path,  # noqa: E731
+                                 capture_output=True, text=True, check=True).stdout
+    assert run() == "" and rwlock.read_text() == valid
+    rwlock.write_text(torn)
+    assert "rwlock (DVC's stage locks) was torn" in run()
+    assert not rwlock.exists() and (rwlock.parent / "rwlock.torn").read_text() == torn

@@ -262,13 +262,16 @@ def estimate(data: Path = typer.Option(..., "--data", help="The new period in th
 
 @app.command("repair-lock", hidden=True)
 def repair_lock(path: Path = typer.Argument(Path("dvc.lock"))) -> None:
-    """Move a dvc.lock torn by a killed `dvc repro` aside (`make repro` does this first)."""
-    from driftmatrix.runtime.dvc import repair_dvc_lock
+    """Move a dvc.lock or .dvc/tmp/rwlock torn by a killed `dvc repro` aside (`make repro` does this first)."""
+    from driftmatrix.runtime.dvc import repair_dvc_lock, repair_dvc_rwlock
 
     aside = repair_dvc_lock(path)
     if aside is not None:
         typer.echo(f"{path} was torn by a killed `dvc repro`: moved to {aside}; the next `dvc repro` reruns each "
                    "stage once (finished units and scores are kept)")
+    rwlock = repair_dvc_rwlock(path.parent / ".dvc" / "tmp" / "rwlock")
+    if rwlock is not None:
+        typer.echo(f"{rwlock.with_suffix('')} (DVC's stage locks) was torn by a killed `dvc repro`: moved to {rwlock}")
 
 
 @app.command()

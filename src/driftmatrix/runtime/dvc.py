@@ -1,5 +1,5 @@
-"""DVC at the edge: a torn ``dvc.lock`` moved aside (:func:`repair_dvc_lock`, run by ``make repro``
-first), and a preset run as a DVC experiment.
+"""DVC at the edge: a torn ``dvc.lock`` or stage-lock table moved aside (:func:`repair_dvc_lock`,
+:func:`repair_dvc_rwlock`, run by ``make repro`` first), and a preset run as a DVC experiment.
 
 Copying a preset over ``params.yaml`` loses what DVC's experiments give (a named experiment, params
 and metrics diffs, ``dvc exp apply``), so the preset becomes ``dvc exp run -S`` overrides:
@@ -133,6 +133,26 @@ def repair_dvc_lock(path: str | Path = "dvc.lock") -> Path | None:
         log.warning("%s is torn (%s: a `dvc repro` was killed while writing it); moved to %s: DVC reruns "
                     "each stage once, finished units and scores are kept", path, type(exc).__name__, aside)
         return aside
+
+
+def repair_dvc_rwlock(path: str | Path = ".dvc/tmp/rwlock") -> Path | None:
+    """Move aside DVC's table of stage locks when a kill tore it (DVC writes it in place, and stops
+    on a file that is not JSON); the new path, or None. DVC rewrites it only while it holds the
+    repository lock, so no live ``dvc`` relies on a torn one; without it DVC starts an empty table."""
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        if isinstance(json.loads(path.read_text() or "null"), dict):
+            return None
+    except ValueError:
+        pass
+    aside = path.with_name(f"{path.name}.torn")
+    path.replace(aside)
+    log.warning("%s is torn (a `dvc repro` was killed while writing it); moved to %s", path, aside)
+    return aside
 
 
 if __name__ == "__main__":
