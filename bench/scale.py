@@ -13,7 +13,7 @@ DVC repo); ``generate`` + ``dvc add`` + ``dvc repro`` run there. The evaluate an
 the real ``driftmatrix`` CLI through ``_hooked.py``, which only adds clocks around the MLflow
 bookkeeping (``stages.evaluate.sync``: pyfunc model folders, runs, metrics, drift-matrix row
 artifacts, models, registry versions and aliases; ``RowLogs.attach_rest``; inside them
-``tracking.runs.create_unit_run`` and ``sync_registry``).
+``tracking.runs.create_unit_runs`` and ``sync_registry``).
 
 Measured: bookkeeping seconds per unit (sqlite, server); the plan and key computation per unit
 (``units.plan.model_plan`` with its code keys, cold, plus every cell key), in this process on the
@@ -87,15 +87,15 @@ def install():
             return out
         setattr(owner, name, wrapper)
 
-    def created(_):
-        acc["runs_created"] += 1
+    def created(run_ids):
+        acc["runs_created"] += len(run_ids)
 
     def units(out):
         acc["units"] += len(out)
 
     clocked(evaluate, "sync", "sync_s", units)
     clocked(evaluate.RowLogs, "attach_rest", "attach_s")
-    clocked(runs, "create_unit_run", "create_run_s", created)
+    clocked(runs, "create_unit_runs", "create_run_s", created)
     clocked(runs, "sync_registry", "registry_s")
 
     @atexit.register

@@ -24,6 +24,7 @@ import subprocess
 import threading
 import time
 import weakref
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 from urllib.parse import urlparse
@@ -343,11 +344,15 @@ def run_artifacts(client, artifact_uri: str):
     return get_artifact_repository(uri, tracking_uri=client.tracking_uri)
 
 
-def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path | None,
-                    extra_tags: Mapping[str, str], row: RowFor | None = None) -> str:
-    """One FINISHED run from a unit's sidecar record: tags, params, losses, times, data, model;
-    and, when ``row(unit key, run id)`` gives one, its drift-matrix row in the same calls."""
+def unit_run_rows(record: Mapping[str, Any], folder: Path | None, extra_tags: Mapping[str, str],
+                  run_id: str | None = None):
+    """What a unit's run holds (:class:`bulk.RunRows`): tags, params, losses, times, training data
+    and the model folder. ``run_id``: made here when None (a run the client creates gets its id later)."""
+    import uuid
+
     from mlflow.entities import Param, RunTag
+
+    from driftmatrix.tracking.bulk import RunRows
 
     unit = record["unit"]
     tags = {"kind": "cutoff", "dataset": unit["dataset"], "model": unit["model"], "family": unit["family"],
@@ -355,40 +360,68 @@ def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path
             "unit_key": unit["key"], "window": record.get("window", ""), **unit_tags(record),
             MODEL_TAG: _model_format() if folder is not None else "false", DRIVER_TAG: driver_id(), **dict(extra_tags),
             **dict(record.get("tags") or {})}
-    started, ended = int(record["started"] * 1000), int(record["ended"] * 1000)
-    run = client.create_run(exp_id, start_time=started, tags=tags,
-                            run_name=run_name(unit["model"], unit["cutoff"], unit["seed"]))
+    ended = int(record["ended"] * 1000)
+    metrics = [_metric("train_loss", loss, ended, step) for step, loss in enumerate(record["losses"])]
+    metrics += [_metric("train_rows", record["train_rows"], ended), _metric("train_seconds", record["seconds"], ended)]
+    data = record.get("data") or {}
+    return RunRows(run_id or uuid.uuid4().hex, run_name(unit["model"], unit["cutoff"], unit["seed"]),
+                   int(record["started"] * 1000), ended, tags,
+                   params=[Param(k, str(v)[:6000]) for k, v in sorted(record["params"].items())], metrics=metrics,
+                   batch_tags=[RunTag("mlflow.source.git.commit", extra_tags.get("git_commit", ""))],
+                   inputs=[_dataset_input(data["name"], data["digest"], data["source"], "training")] if data else [],
+                   artifacts=[(folder, "model")] if folder is not None else [])
+
+
+def with_row(rows, unit_key: str, row: RowFor | None):
+    """``rows`` with the unit's drift-matrix row, when ``row(unit key, run id)`` gives one: its
+    metrics (step: the number of slices), evaluation data and artifacts."""
+    scored = row(unit_key, rows.run_id) if row is not None else None
+    if scored is None:
+        return rows
+    row_metrics, row_folder, evaluated, slices = scored
+    now = int(time.time() * 1000)
+    return replace(rows, metrics=rows.metrics + [_metric(k, v, now, slices) for k, v in row_metrics.items()],
+                   inputs=rows.inputs + [_dataset_input(evaluated["name"], evaluated["digest"], evaluated["source"],
+                                                        "evaluation")],
+                   artifacts=rows.artifacts + [(row_folder, None)])
+
+
+def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path | None,
+                    extra_tags: Mapping[str, str], row: RowFor | None = None) -> str:
+    """One FINISHED run of a unit (:func:`unit_run_rows`, :func:`with_row`) through the client."""
+    rows = unit_run_rows(record, folder, extra_tags)
+    run = client.create_run(exp_id, start_time=rows.started, tags=rows.tags, run_name=rows.name)
     run_id = run.info.run_id
     try:
-        params = [Param(k, str(v)[:6000]) for k, v in sorted(record["params"].items())]
-        metrics = [_metric("train_loss", loss, ended, step) for step, loss in enumerate(record["losses"])]
-        metrics += [_metric("train_rows", record["train_rows"], ended),
-                    _metric("train_seconds", record["seconds"], ended)]
-        scored = row(unit["key"], run_id) if row is not None else None
-        inputs = []
-        data = record.get("data") or {}
-        if data:
-            inputs.append(_dataset_input(data["name"], data["digest"], data["source"], "training"))
-        if scored is not None:
-            row_metrics, row_folder, evaluated, slices = scored
-            now = int(time.time() * 1000)
-            metrics += [_metric(k, v, now, slices) for k, v in row_metrics.items()]
-            inputs.append(_dataset_input(evaluated["name"], evaluated["digest"], evaluated["source"], "evaluation"))
-        client.log_batch(run_id, metrics=metrics, params=params,
-                         tags=[RunTag("mlflow.source.git.commit", extra_tags.get("git_commit", ""))])
-        if inputs:
-            log_inputs(client, run_id, inputs)
-        if folder is not None or scored is not None:
+        rows = with_row(replace(rows, run_id=run_id), record["unit"]["key"], row)
+        client.log_batch(run_id, metrics=rows.metrics, params=rows.params, tags=rows.batch_tags)
+        if rows.inputs:
+            log_inputs(client, run_id, rows.inputs)
+        if rows.artifacts:
             artifacts = run_artifacts(client, run.info.artifact_uri)
-            if folder is not None:
-                artifacts.log_artifacts(str(folder), "model")
-            if scored is not None:
-                artifacts.log_artifacts(str(row_folder))
-        client.set_terminated(run_id, "FINISHED", end_time=ended)
+            for local, path in rows.artifacts:
+                artifacts.log_artifacts(str(local), path)
+        client.set_terminated(run_id, "FINISHED", end_time=rows.ended)
     except BaseException:
         client.delete_run(run_id)  # never leave a half-written run behind
         raise
     return run_id
+
+
+def create_unit_runs(client, exp_id: str, records: Sequence[Mapping[str, Any]], folders: Mapping[str, Any],
+                     extra_tags: Mapping[str, str], row: RowFor | None, cfg: TrackingConfig) -> list[str]:
+    """The runs of ``records`` (new units): a batch at a time into a local sqlite store
+    (:mod:`bulk`), else through the client, ``write_threads`` units at once; their run ids."""
+    from driftmatrix.tracking import bulk
+
+    store = bulk.sql_store(client, tracking_uri(cfg))
+    if store is None:
+        return each(lambda r: create_unit_run(client, exp_id, r, folders[r["unit"]["key"]], extra_tags, row),
+                    records, write_threads(cfg))
+    runs = [with_row(unit_run_rows(r, folders[r["unit"]["key"]], extra_tags), r["unit"]["key"], row) for r in records]
+    bulk.write_runs(store, exp_id, runs,
+                    lambda uri, local, path: run_artifacts(client, uri).log_artifacts(str(local), path))
+    return [r.run_id for r in runs]
 
 
 def sync_units(cfg: TrackingConfig, dataset: str, model: str, current: Sequence[Mapping[str, Any]],
@@ -418,8 +451,7 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row, describe
     threads = write_threads(cfg)
     new = [key for key in wanted if key not in by_key]
     models = {key: folders[key] if cfg.log_models else None for key in new}  # made here, not in the threads
-    by_key.update(zip(new, each(lambda key: create_unit_run(client, exp_id, wanted[key], models[key], tags, row),
-                                new, threads)))
+    by_key.update(zip(new, create_unit_runs(client, exp_id, [wanted[key] for key in new], models, tags, row, cfg)))
     created = len(new)
     if created:  # another writer may have made the same units meanwhile: keep the same survivors
         keep, more = plan_runs(model_runs(exp_id, model), dataset, wanted, project)

@@ -1,0 +1,167 @@
+"""tracking.bulk: a batch of unit runs written into sqlite holds, row by row, what MLflow's client
+calls write; a batch that fails leaves no live run; other stores go through the client."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mlflow")
+
+from driftmatrix.config import TrackingConfig  # noqa: E402
+from driftmatrix.tracking import bulk  # noqa: E402
+from driftmatrix.tracking import runs as tracking  # noqa: E402
+
+TABLES = {"runs": "run_uuid", "tags": "run_uuid", "params": "run_uuid", "metrics": "run_uuid",
+          "latest_metrics": "run_uuid", "datasets": "dataset_uuid", "inputs": "input_uuid", "input_tags": "input_uuid"}
+
+
+def _records(root: Path) -> tuple[list[dict], dict[str, Path]]:
+    """Three units of one model sharing their training data, each with a checkpoint folder."""
+    records, folders = [], {}
+    for k, (cutoff, seed) in enumerate((("1950", 0), ("1950", 1), ("1951", 0))):
+        key = f"k{k}"
+        folder = root / key
+        (folder / "artifacts").mkdir(parents=True)
+        (folder / "MLmodel").write_text(f"unit: {key}\n")
+        (folder / "artifacts" / "model.safetensors").write_bytes(key.encode() * 10)
+        records.append({"unit": {"dataset": "d", "model": "M", "family": "F", "seed": seed, "cutoff": cutoff,
+                                 "cutoff_index": int(cutoff) - 1950, "window": [0], "key": key},
+                        "window": "cumulative", "params": {"epochs": 2, "lr": 0.1, "name": "x" * 7000},
+                        "losses": [0.7, 0.5, 0.5], "train_rows": 10 + k, "started": 1_700_000_000.0 + k,
+                        "ended": 1_700_000_100.5 + k, "seconds": 1.5, "tags": {"extra": "yes"},
+                        "weights_digest": f"digest{k}", "environment": {"precision": "fp32", "hardware": "cpu"},
+                        "data": {"name": "d[train]", "digest": "abc123", "source": {"path": "data"}}})
+        folders[key] = folder
+    return records, folders
+
+
+def _row(tmp_path: Path):
+    """A ``row(unit key, run id)`` as the evaluate stage gives: metrics (a NaN and an infinity
+    among them), a folder of row artifacts, the evaluation data and the number of slices."""
+    def row(key: str, run_id: str):
+        folder = tmp_path / "rows" / run_id
+        folder.mkdir(parents=True)
+        (folder / "row.json").write_text(f'{{"unit_key": "{key}", "run_id": "{run_id}"}}')
+        metrics = {"acc_1950": 0.5 + len(key) / 10, "acc_1951": math.nan, "gap": math.inf}
+        return metrics, folder, {"name": "d[all slices]", "digest": "e" * 40, "source": {"slices": ["1950"]}}, 2
+    return row
+
+
+def _dump(db: Path, artifacts: Path) -> dict[str, list[tuple]]:
+    """Every row of the run tables, ids replaced by their order of first appearance and the store's
+    own folder by a placeholder, sorted; and the artifact files (path relative to the run, content)."""
+    con = sqlite3.connect(db)
+    ids: dict[str, str] = {}
+    run_ids = [r for (r,) in con.execute("select run_uuid from runs order by start_time")]
+    for r in run_ids:
+        ids.setdefault(r, f"run{len(ids)}")
+    for table in ("datasets", "inputs"):
+        for (u,) in con.execute(f"select {TABLES[table]} from {table} order by rowid"):
+            ids.setdefault(u, f"{table}{len(ids)}")
+    root = str(db.parent)
+
+    def norm(value):
+        if isinstance(value, str):
+            for raw, name in ids.items():
+                value = value.replace(raw, name)
+            return value.replace(root, "<store>")
+        return value
+
+    out = {}
+    for table in TABLES:
+        cur = con.execute(f"select * from {table}")
+        cols = [c[0] for c in cur.description]
+        out[table] = sorted((tuple(zip(cols, map(norm, row))) for row in cur), key=repr)
+    files = sorted((norm(str(p.relative_to(artifacts))), norm(p.read_bytes().decode("latin-1")))
+                   for p in artifacts.rglob("*") if p.is_file())
+    out["artifacts"] = [(name, data) for name, data in files if "/artifacts/" in name]
+    return out
+
+
+def _store(tmp_path: Path, name: str, monkeypatch) -> tuple[TrackingConfig, object, str]:
+    import mlflow
+
+    (tmp_path / name).mkdir()
+    cfg = TrackingConfig(uri=f"sqlite:///{tmp_path / name / 'mlflow.db'}", experiment="bulk",
+                         artifact_root=str(tmp_path / name / "mlruns"))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", cfg.uri)
+    exp_id = tracking.configure(cfg)
+    return cfg, mlflow.MlflowClient(cfg.uri), exp_id
+
+
+def test_a_batch_writes_the_rows_the_client_calls_write(tmp_path, monkeypatch):
+    monkeypatch.setattr(tracking.time, "time", lambda: 1_700_000_500.25)  # the row metrics' timestamp
+    monkeypatch.setenv(tracking.PROJECT_ENV, "here")
+    records, folders = _records(tmp_path / "ckpt")
+    extra = {"git_commit": "abc", "dataset": "d", tracking.PROJECT_TAG: "here"}
+    folders_of = {r["unit"]["key"]: folders[r["unit"]["key"]] for r in records}
+
+    cfg, client, exp_id = _store(tmp_path, "calls", monkeypatch)
+    assert bulk.sql_store(client, "http://127.0.0.1:5000") is None  # never for a server
+    by_call = [tracking.create_unit_run(client, exp_id, r, folders_of[r["unit"]["key"]], extra, _row(tmp_path))
+               for r in records]
+    cfg_b, client_b, exp_b = _store(tmp_path, "batch", monkeypatch)
+    assert bulk.sql_store(client_b, cfg_b.uri) is not None
+    by_batch = tracking.create_unit_runs(client_b, exp_b, records, folders_of, extra, _row(tmp_path), cfg_b)
+    assert len(set(by_batch)) == 3 and not set(by_batch) & set(by_call)
+
+    calls = _dump(tmp_path / "calls" / "mlflow.db", tmp_path / "calls" / "mlruns")
+    batch = _dump(tmp_path / "batch" / "mlflow.db", tmp_path / "batch" / "mlruns")
+    for table in [*TABLES, "artifacts"]:
+        assert batch[table] == calls[table], table
+    assert len(calls["datasets"]) == 2 and len(calls["inputs"]) == 6  # the shared training data is one dataset
+    assert len(calls["artifacts"]) == 9  # MLmodel, weights and row.json a run
+
+    # and MLflow reads them back alike: the run, its metric history, its inputs, a tag search
+    for a, b in zip(by_call, by_batch):
+        ra, rb = client.get_run(a), client_b.get_run(b)
+        assert (ra.info.status, ra.info.start_time, ra.info.end_time, ra.info.run_name, ra.info.lifecycle_stage) == \
+            (rb.info.status, rb.info.start_time, rb.info.end_time, rb.info.run_name, rb.info.lifecycle_stage)
+        assert ra.data.params == rb.data.params and repr(ra.data.metrics) == repr(rb.data.metrics)  # NaN != NaN
+        assert ra.data.tags == rb.data.tags and rb.data.tags["mlflow.runName"] == rb.info.run_name
+        assert math.isnan(rb.data.metrics["acc_1951"]) and rb.data.metrics["gap"] > 1e308
+        assert [(m.value, m.step) for m in client_b.get_metric_history(b, "train_loss")] == [(0.7, 0), (0.5, 1), (0.5, 2)]
+        assert [(d.dataset.name, [t.value for t in d.tags]) for d in rb.inputs.dataset_inputs] == \
+            [(d.dataset.name, [t.value for t in d.tags]) for d in ra.inputs.dataset_inputs]
+    found = client_b.search_runs([exp_b], "tags.unit_key = 'k1' and tags.kind = 'cutoff'")
+    assert [r.info.run_id for r in found] == [by_batch[1]]
+    assert tracking.live_runs(exp_b, "d", "M") == {r["unit"]["key"]: i for r, i in zip(records, by_batch)}
+
+
+def test_a_failed_batch_leaves_no_live_run_and_the_next_sync_writes_it(tmp_path, monkeypatch):
+    records, folders = _records(tmp_path / "ckpt")
+    cfg, client, exp_id = _store(tmp_path, "store", monkeypatch)
+    rows = [tracking.unit_run_rows(r, folders[r["unit"]["key"]], {"git_commit": "abc"}) for r in records]
+    copied = []
+
+    def copy(uri, local, path):
+        if len(copied) == 2:
+            raise OSError("disk full")
+        copied.append(local)
+
+    with pytest.raises(OSError, match="disk full"):
+        bulk.write_runs(bulk.sql_store(client, cfg.uri), exp_id, rows, copy)
+    from mlflow.entities import ViewType
+
+    left = client.search_runs([exp_id], "", run_view_type=ViewType.ALL)
+    assert len(left) == 3 and {r.info.lifecycle_stage for r in left} == {"deleted"}
+    assert tracking.live_runs(exp_id, "d", "M") == {}
+    done = tracking.sync_units(replace(cfg, register=False), "d", "M", records, folders)
+    assert set(done) == {"k0", "k1", "k2"} and tracking.live_runs(exp_id, "d", "M") == done
+
+
+def test_invalid_values_are_refused_before_anything_is_written(tmp_path, monkeypatch):
+    from mlflow.exceptions import MlflowException
+
+    records, folders = _records(tmp_path / "ckpt")
+    records[1]["params"] = {f"p{i}": i for i in range(150)}  # more than one log_batch takes
+    cfg, client, exp_id = _store(tmp_path, "store", monkeypatch)
+    rows = [tracking.unit_run_rows(r, folders[r["unit"]["key"]], {}) for r in records]
+    with pytest.raises(MlflowException, match="params"):
+        bulk.write_runs(bulk.sql_store(client, cfg.uri), exp_id, rows, lambda *a: None)
+    assert client.search_runs([exp_id], "") == []
