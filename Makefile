@@ -59,10 +59,11 @@ golden: install  ## reproduce the paper's Yearbook tables from the published mat
 	pytest tests/analysis/test_golden_yearbook.py
 
 # Two workers: a worker runs a test module (or all the Ray tests) as a whole, slow modules first
-# (tests/conftest.py). TEST_WORKERS=0 runs the suite in this one process.
+# (tests/conftest.py). TEST_WORKERS=0 runs the suite in this one process. The 20 slowest tests
+# are listed at the end (docs/benchmarks.md keeps a recent list).
 TEST_WORKERS ?= 2
 test: install  ## run the test suite on 2 workers (the cluster tests too: they are part of it)
-	pytest -n $(TEST_WORKERS) --dist loadgroup
+	pytest -n $(TEST_WORKERS) --dist loadgroup --durations=20
 
 test-cluster: install  ## only the two-node Ray cluster and PostgreSQL tracking-server tests (about 7 min)
 	pytest -m cluster

@@ -165,3 +165,69 @@ def test_invalid_values_are_refused_before_anything_is_written(tmp_path, monkeyp
     with pytest.raises(MlflowException, match="params"):
         bulk.write_runs(bulk.sql_store(client, cfg.uri), exp_id, rows, lambda *a: None)
     assert client.search_runs([exp_id], "") == []
+
+
+REGISTRY = ("registered_models", "model_versions", "model_version_tags", "registered_model_aliases")
+CLOCKS = ("creation_time", "last_updated_time")
+
+
+def _registry(db: Path, run_names: dict[str, str]) -> dict[str, list[tuple]]:
+    """The registry tables, run ids replaced by ``run_names``, the clocks left out, sorted."""
+    con = sqlite3.connect(db)
+    out = {}
+    for table in REGISTRY:
+        cur = con.execute(f"select * from {table}")
+        cols = [c[0] for c in cur.description]
+        rows = []
+        for row in cur:
+            values = []
+            for col, value in zip(cols, row):
+                if col in CLOCKS:
+                    continue
+                for raw, named in run_names.items():
+                    value = value.replace(raw, named) if isinstance(value, str) else value
+                values.append((col, value))
+            rows.append(tuple(values))
+        out[table] = sorted(rows, key=repr)
+    return out
+
+
+def test_a_sync_writes_the_registry_the_client_calls_write(tmp_path, monkeypatch):
+    """sync_units end to end, with and without the batches: the same runs, versions, tags and
+    aliases; then a unit redone under a new key moves its aliases in both alike."""
+    monkeypatch.setattr(tracking.time, "time", lambda: 1_700_000_500.25)
+    records, folders = _records(tmp_path / "ckpt")
+    described = lambda key, rows: ({"score.id": f"0.{len(key)}"}, f"unit {key}: {rows} rows")  # noqa: E731
+    dumps = []
+    for mode in ("calls", "batch"):
+        cfg, client, exp_id = _store(tmp_path, mode, monkeypatch)
+        if mode == "calls":
+            monkeypatch.setattr(bulk, "sql_store", lambda *a: None)
+            monkeypatch.setattr(bulk, "registry_store", lambda *a: None)
+        else:
+            monkeypatch.undo()
+            monkeypatch.setattr(tracking.time, "time", lambda: 1_700_000_500.25)
+            monkeypatch.setenv("MLFLOW_TRACKING_URI", cfg.uri)
+            assert bulk.registry_store(client) is not None
+        first = tracking.sync_units(cfg, "d", "M", records, folders, {"dataset": "d"}, row=_row(tmp_path / mode),
+                                    described=described)
+        redone = [dict(r, unit={**r["unit"], "key": r["unit"]["key"] + "-new"}) if r["unit"]["key"] == "k1" else r
+                  for r in records]
+        second = tracking.sync_units(cfg, "d", "M", redone, {**folders, "k1-new": folders["k1"]}, {"dataset": "d"},
+                                     described=described)
+        names = {run_id: f"run-{key}" for key, run_id in {**first, **second}.items()}
+        dumps.append(_registry(tmp_path / mode / "mlflow.db", names))
+        model = client.get_registered_model("d.M")
+        assert set(model.aliases) == {"cutoff-1950", "cutoff-1951", "cutoff-1950-seed-0", "cutoff-1950-seed-1",
+                                      "cutoff-1951-seed-0"}
+        moved = client.get_model_version_by_alias("d.M", "cutoff-1950-seed-1")
+        assert moved.tags["unit_key"] == "k1-new" and moved.run_id == second["k1-new"]
+        assert moved.description == "unit k1-new: 11 rows" and moved.status == "READY"
+        found = client.search_model_versions("name = 'd.M' and tags.unit_key = 'k0'")
+        assert [v.run_id for v in found] == [first["k0"]] and found[0].tags["score.id"] == "0.2"
+    calls, batch = dumps
+    for table in REGISTRY:
+        assert batch[table] == calls[table], table
+    stages = sorted(dict(v)["current_stage"] for v in calls["model_versions"])
+    assert stages == ["Deleted_Internal", "None", "None", "None"]  # k1's first version, superseded
+    assert len(calls["registered_model_aliases"]) == 5

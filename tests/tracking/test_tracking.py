@@ -98,7 +98,13 @@ def test_the_registry_sync_writes_only_what_differs(mlflow_store, monkeypatch):
         set_alias = real(c)
         return lambda *args: (writes.append(args[1:]), set_alias(*args))
 
-    monkeypatch.setattr(tracking, "_alias_setter", counting)
+    monkeypatch.setattr(tracking, "_alias_setter", counting)  # a server's aliases, one call each
+    from driftmatrix.tracking import bulk
+
+    batch = bulk.point_aliases  # a sqlite store's, in one transaction
+    monkeypatch.setattr(bulk, "point_aliases", lambda store, name, moved: (
+        writes.extend(moved.items()), batch(store, name, moved)))
+    assert bulk.registry_store(client) is not None
 
     def aliases():
         return {a: runs_of[str(v)] for a, v in client.get_registered_model("d.M").aliases.items()}

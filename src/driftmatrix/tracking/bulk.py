@@ -1,13 +1,16 @@
-"""Unit runs written into a local sqlite store a batch at a time, with MLflow's own table models.
+"""Unit runs and registry versions written into a local sqlite store a batch at a time, with
+MLflow's own table definitions.
 
 Through :class:`MlflowClient` a unit's run is five calls (create, log_batch, log_inputs, the
-artifacts, set_terminated), each its own session with its own lookups: about 20 ms a unit. Here a
-batch of runs is one insert of the rows those calls write (RUNNING, with the stage's driver tag),
-then the artifacts, then one update to FINISHED; a kill in between leaves RUNNING runs of a dead
-driver, which the next sync deletes and redoes, as it does after a kill between client calls.
-``tests/tracking/test_bulk.py`` compares what the two write, row by row, at the pinned MLflow;
-any store this module cannot write (a server, another database, another MLflow) goes through the
-client. Only sqlite: there :func:`runs.store_lock` makes each sync the only writer.
+artifacts, set_terminated) and its version and aliases two or three more, each its own session
+with its own lookups: about 30 ms a unit. Here a batch of runs is one insert a table of the rows
+those calls write (RUNNING, with the stage's driver tag), then the artifacts, then one update to
+FINISHED; a kill in between leaves RUNNING runs of a dead driver, which the next sync deletes and
+redoes, as after a kill between client calls. New versions with their tags, and the aliases that
+move, are one transaction each. ``tests/tracking/test_bulk.py`` compares what the two ways write,
+table by table, at the pinned MLflow; a store this module cannot write (a server, a database named
+directly, another MLflow) goes through the client. Only sqlite: there :func:`runs.store_lock`
+makes each sync the only writer.
 """
 
 from __future__ import annotations
@@ -176,3 +179,80 @@ def _table_rows(store, exp_id: str, batch: Sequence[RunRows], uris: dict[str, st
                                       destination_type="RUN", destination_id=r.run_id, step=0))
             out[SqlInputTag] += [dict(input_uuid=input_id, name=t.key, value=t.value) for t in i.tags]
     return out
+
+
+# --- the registry ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VersionRows:
+    """A new registry version as ``create_model_version`` would be given it."""
+
+    source: str
+    run_id: str
+    tags: dict[str, str]
+    description: str | None = None
+
+
+def registry_store(client):
+    """The registry's SQLAlchemy store when it is the sqlite file of ``client``'s tracking store
+    (the sync's lock covers both), else None (the client writes, one call at a time)."""
+    try:
+        from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore
+        from mlflow.utils import validation
+
+        store, tracking = client._get_registry_client().store, client._tracking_client.store
+        needed = ("_validate_model_name", "_validate_model_version_tag", "_validate_model_alias_name",
+                  "_validate_model_alias_name_reserved")
+    except (ImportError, AttributeError):
+        return None
+    if not isinstance(store, SqlAlchemyStore) or not all(hasattr(validation, n) for n in needed) \
+            or not hasattr(store, "_with_workspace_field") or getattr(store, "db_type", None) != "sqlite" \
+            or getattr(store, "db_uri", None) != getattr(tracking, "db_uri", ""):
+        return None
+    return store
+
+
+def write_versions(store, name: str, versions: Sequence[VersionRows]) -> list[int]:
+    """New versions of the registered model ``name`` (which exists), numbered on from its highest,
+    with their tags, in one transaction; their numbers."""
+    from mlflow.entities.model_registry.model_version_stages import STAGE_NONE
+    from mlflow.store.model_registry.dbmodels.models import SqlModelVersion, SqlModelVersionTag
+    from mlflow.utils import validation
+    from sqlalchemy import func
+
+    validation._validate_model_name(name)
+    for v in versions:
+        for key, value in v.tags.items():
+            validation._validate_model_version_tag(key, value)
+    if not versions:
+        return []
+    workspace = store._with_workspace_field(SqlModelVersion()).workspace
+    with store.ManagedSessionMaker(read_only=False) as session:
+        now = int(time.time() * 1000)
+        store._get_registered_model(session, name).last_updated_time = now
+        top = session.query(func.max(SqlModelVersion.version)).filter(
+            SqlModelVersion.name == name, *store._get_workspace_clauses(SqlModelVersion)).scalar() or 0
+        numbers = list(range(top + 1, top + 1 + len(versions)))
+        session.execute(SqlModelVersion.__table__.insert(), [dict(
+            workspace=workspace, name=name, version=n, creation_time=now, last_updated_time=now,
+            description=v.description, user_id=None, current_stage=STAGE_NONE, source=v.source,
+            storage_location=v.source, run_id=v.run_id, run_link=None, status="READY", status_message=None)
+            for n, v in zip(numbers, versions)])
+        tags = [dict(workspace=workspace, name=name, version=n, key=k, value=val)
+                for n, v in zip(numbers, versions) for k, val in v.tags.items()]
+        if tags:
+            session.execute(SqlModelVersionTag.__table__.insert(), tags)
+    return numbers
+
+
+def point_aliases(store, name: str, aliases: dict[str, str]) -> None:
+    """Point each alias of ``name`` at its version (made or moved), in one transaction."""
+    from mlflow.store.model_registry.dbmodels.models import SqlRegisteredModelAlias
+    from mlflow.utils import validation
+
+    for alias in aliases:
+        validation._validate_model_alias_name(alias)
+        validation._validate_model_alias_name_reserved(alias)
+    workspace = store._with_workspace_field(SqlRegisteredModelAlias()).workspace
+    with store.ManagedSessionMaker(read_only=False) as session:
+        for alias, version in aliases.items():
+            session.merge(SqlRegisteredModelAlias(workspace=workspace, name=name, alias=alias, version=int(version)))

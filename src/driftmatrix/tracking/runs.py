@@ -564,7 +564,9 @@ def store_lock(uri: str):
 def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_ids: Mapping[str, str],
                   project: str | None = None, described: DescribedBy | None = None, threads: int = 1) -> None:
     """One version per current unit (:func:`registry_plan`), aliases ``cutoff-<label>-seed-<s>`` per seed
-    and ``cutoff-<label>`` for the lowest seed; only what differs is written, ``threads`` calls at a time."""
+    and ``cutoff-<label>`` for the lowest seed; only what differs is written: into the sqlite file of
+    the tracking store in one transaction each (:mod:`bulk`), else ``threads`` calls at a time."""
+    from driftmatrix.tracking import bulk
     from driftmatrix.tracking.pyfunc import quiet_mlflow
 
     from mlflow.exceptions import MlflowException
@@ -593,30 +595,42 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
         if v.name == name:
             for alias in [a for a, n in aliases.items() if n == str(v.version)]:
                 del aliases[alias]
-    def create(r: Mapping[str, Any]):
+    def rows(r: Mapping[str, Any]):
         unit = r["unit"]
         scores, text = (described and described(unit["key"], r.get("train_rows"))) or ({}, None)
-        return client.create_model_version(
-            name, f"runs:/{run_ids[unit['key']]}/model", run_id=run_ids[unit["key"]],
-            tags={**scores, "cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]),
-                  "seed": str(unit["seed"]), "unit_key": unit["key"], "dataset": name.rpartition(".")[0],
-                  "model": model, "train_rows": str(r.get("train_rows", "")),
-                  **{k: str(v) for k, v in ((WEIGHTS_TAG, r.get("weights_digest")), ("hardware", (
-                      r.get("environment") or {}).get("hardware"))) if v},
-                  **({PROJECT_TAG: project} if project else {})}, description=text)
+        tags = {**scores, "cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]), "seed": str(unit["seed"]),
+                "unit_key": unit["key"], "dataset": name.rpartition(".")[0], "model": model,
+                "train_rows": str(r.get("train_rows", "")),
+                **{k: str(v) for k, v in ((WEIGHTS_TAG, r.get("weights_digest")), ("hardware", (
+                    r.get("environment") or {}).get("hardware"))) if v},
+                **({PROJECT_TAG: project} if project else {})}
+        return bulk.VersionRows(f"runs:/{run_ids[unit['key']]}/model", run_ids[unit["key"]],
+                                {k: str(v) for k, v in tags.items()}, text)
 
+    def create(v) -> str:
+        return str(client.create_model_version(name, v.source, run_id=v.run_id, tags=v.tags,
+                                               description=v.description).version)
+
+    store = bulk.registry_store(client)
     new = [r for r in records if r["unit"]["key"] not in by_key]
+    numbers = {key: str(v.version) for key, v in by_key.items()}
     with quiet_mlflow():
-        by_key.update(zip([r["unit"]["key"] for r in new], each(create, new, threads)))
+        made = bulk.write_versions(store, name, [rows(r) for r in new]) if store is not None \
+            else each(create, [rows(r) for r in new], threads)
+        numbers.update(zip([r["unit"]["key"] for r in new], map(str, made)))
         pointed: dict[str, str] = {}
         lowest: dict[str, tuple[int, str]] = {}
         for r in records:
-            unit, version = r["unit"], str(by_key[r["unit"]["key"]].version)
+            unit, version = r["unit"], numbers[r["unit"]["key"]]
             pointed[alias_for(unit["cutoff"], unit["seed"])] = version
             if unit["cutoff"] not in lowest or unit["seed"] < lowest[unit["cutoff"]][0]:
                 lowest[unit["cutoff"]] = (unit["seed"], version)
         pointed.update({alias_for(cutoff): version for cutoff, (_, version) in lowest.items()})
-        each(lambda item: point(*item), [(a, v) for a, v in pointed.items() if aliases.get(a) != v], threads)
+        moved = {a: v for a, v in pointed.items() if aliases.get(a) != v}
+        if store is not None:
+            bulk.point_aliases(store, name, moved)
+        else:
+            each(lambda item: point(*item), list(moved.items()), threads)
 
 
 def registry_plan(versions: Sequence[Any], name: str, records: Sequence[Mapping[str, Any]],
