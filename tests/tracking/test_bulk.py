@@ -102,11 +102,14 @@ def test_a_batch_writes_the_rows_the_client_calls_write(tmp_path, monkeypatch):
     folders_of = {r["unit"]["key"]: folders[r["unit"]["key"]] for r in records}
 
     cfg, client, exp_id = _store(tmp_path, "calls", monkeypatch)
-    assert bulk.sql_store(client, "http://127.0.0.1:5000") is None  # never for a server
+    import mlflow
+
+    assert bulk.sql_store(mlflow.MlflowClient("http://127.0.0.1:5000")) is None  # never for a server
+    assert bulk.registry_store(mlflow.MlflowClient("http://127.0.0.1:5000")) is None
     by_call = [tracking.create_unit_run(client, exp_id, r, folders_of[r["unit"]["key"]], extra, _row(tmp_path))
                for r in records]
     cfg_b, client_b, exp_b = _store(tmp_path, "batch", monkeypatch)
-    assert bulk.sql_store(client_b, cfg_b.uri) is not None
+    assert bulk.sql_store(client_b) is not None
     by_batch = tracking.create_unit_runs(client_b, exp_b, records, folders_of, extra, _row(tmp_path), cfg_b)
     assert len(set(by_batch)) == 3 and not set(by_batch) & set(by_call)
 
@@ -145,7 +148,7 @@ def test_a_failed_batch_leaves_no_live_run_and_the_next_sync_writes_it(tmp_path,
         copied.append(local)
 
     with pytest.raises(OSError, match="disk full"):
-        bulk.write_runs(bulk.sql_store(client, cfg.uri), exp_id, rows, copy)
+        bulk.write_runs(bulk.sql_store(client), exp_id, rows, copy)
     from mlflow.entities import ViewType
 
     left = client.search_runs([exp_id], "", run_view_type=ViewType.ALL)
@@ -163,7 +166,7 @@ def test_invalid_values_are_refused_before_anything_is_written(tmp_path, monkeyp
     cfg, client, exp_id = _store(tmp_path, "store", monkeypatch)
     rows = [tracking.unit_run_rows(r, folders[r["unit"]["key"]], {}) for r in records]
     with pytest.raises(MlflowException, match="params"):
-        bulk.write_runs(bulk.sql_store(client, cfg.uri), exp_id, rows, lambda *a: None)
+        bulk.write_runs(bulk.sql_store(client), exp_id, rows, lambda *a: None)
     assert client.search_runs([exp_id], "") == []
 
 

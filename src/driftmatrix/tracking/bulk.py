@@ -46,11 +46,9 @@ class RunRows:
     artifacts: list[tuple[Path, str | None]] = field(default_factory=list)
 
 
-def sql_store(client, uri: str):
-    """The SQLAlchemy store behind ``client`` when ``uri`` is a sqlite store this MLflow's table
-    models can write; else None (the client writes, one call at a time)."""
-    if not uri.startswith("sqlite:"):
-        return None
+def sql_store(client):
+    """The SQLAlchemy store behind ``client`` when it is a sqlite file this MLflow's table models
+    can write; else None (the client writes, one call at a time)."""
     try:
         from mlflow.store.tracking.dbmodels import models  # noqa: F401 - what write_runs needs
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
@@ -61,7 +59,8 @@ def sql_store(client, uri: str):
         store = client._tracking_client.store
     except (ImportError, AttributeError):
         return None
-    if not all(hasattr(validation, name) for name in needed) or not isinstance(store, SqlAlchemyStore):
+    if not isinstance(store, SqlAlchemyStore) or getattr(store, "db_type", None) != "sqlite" \
+            or not all(hasattr(validation, name) for name in needed):
         return None
     return store
 

@@ -414,7 +414,7 @@ def create_unit_runs(client, exp_id: str, records: Sequence[Mapping[str, Any]], 
     (:mod:`bulk`), else through the client, ``write_threads`` units at once; their run ids."""
     from driftmatrix.tracking import bulk
 
-    store = bulk.sql_store(client, tracking_uri(cfg))
+    store = bulk.sql_store(client)
     if store is None:
         return each(lambda r: create_unit_run(client, exp_id, r, folders[r["unit"]["key"]], extra_tags, row),
                     records, write_threads(cfg))
