@@ -269,9 +269,10 @@ def repair_lock(path: Path = typer.Argument(Path("dvc.lock"))) -> None:
     if aside is not None:
         typer.echo(f"{path} was torn by a killed `dvc repro`: moved to {aside}; the next `dvc repro` reruns each "
                    "stage once (finished units and scores are kept)")
-    rwlock = repair_dvc_rwlock(path.parent / ".dvc" / "tmp" / "rwlock")
-    if rwlock is not None:
-        typer.echo(f"{rwlock.with_suffix('')} (DVC's stage locks) was torn by a killed `dvc repro`: moved to {rwlock}")
+    table = path.parent / ".dvc" / "tmp" / "rwlock"
+    aside = repair_dvc_rwlock(table)
+    if aside is not None:
+        typer.echo(f"{table} (DVC's stage locks) was torn by a killed `dvc repro`: moved to {aside}")
 
 
 @app.command()

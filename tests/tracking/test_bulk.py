@@ -110,7 +110,7 @@ def test_a_batch_writes_the_rows_the_client_calls_write(tmp_path, monkeypatch):
                for r in records]
     cfg_b, client_b, exp_b = _store(tmp_path, "batch", monkeypatch)
     assert bulk.sql_store(client_b) is not None
-    by_batch = tracking.create_unit_runs(client_b, exp_b, records, folders_of, extra, _row(tmp_path), cfg_b)
+    by_batch = tracking.create_unit_runs(client_b, exp_b, records, folders_of, extra, _row(tmp_path))
     assert len(set(by_batch)) == 3 and not set(by_batch) & set(by_call)
 
     calls = _dump(tmp_path / "calls" / "mlflow.db", tmp_path / "calls" / "mlruns")

@@ -115,44 +115,41 @@ def main(argv: list[str] | None = None) -> int:
 
 def repair_dvc_lock(path: str | Path = "dvc.lock") -> Path | None:
     """Move a torn ``dvc.lock`` aside so that ``dvc repro`` can run again; the new path, or None.
-    DVC rewrites the file in place, so a killed ``dvc repro`` leaves it truncated and every later
-    one stops on it; without it DVC reruns each stage once, which skips every finished unit and
-    cell."""
+    Without it DVC reruns each stage once, which skips every finished unit and cell."""
     import yaml
     from dvc.schema import COMPILED_LOCKFILE_SCHEMA
 
+    return _set_aside_if_torn(path, lambda text: COMPILED_LOCKFILE_SCHEMA(yaml.safe_load(text)))
+
+
+def repair_dvc_rwlock(path: str | Path = ".dvc/tmp/rwlock") -> Path | None:
+    """Move aside DVC's table of stage locks when a kill tore it; the new path, or None. DVC rewrites
+    it only while it holds the repository lock, so no live ``dvc`` relies on a torn one; without it
+    DVC starts an empty table."""
+    import json
+
+    def read(text: str) -> None:
+        if not isinstance(json.loads(text), dict):
+            raise ValueError("not a JSON object")
+
+    return _set_aside_if_torn(path, read)
+
+
+def _set_aside_if_torn(path: str | Path, read) -> Path | None:
+    """``path`` moved to ``<path>.torn`` when ``read(its text)`` raises: DVC rewrites its lock files
+    in place, so a killed ``dvc repro`` leaves them truncated, and every later one stops on them."""
     path = Path(path)
     if not path.is_file():
         return None
     try:
-        COMPILED_LOCKFILE_SCHEMA(yaml.safe_load(path.read_text()))
+        read(path.read_text())
         return None
     except Exception as exc:  # noqa: BLE001 - any parse or schema error: DVC would refuse it too
         aside = path.with_name(f"{path.name}.torn")
         path.replace(aside)
-        log.warning("%s is torn (%s: a `dvc repro` was killed while writing it); moved to %s: DVC reruns "
-                    "each stage once, finished units and scores are kept", path, type(exc).__name__, aside)
+        log.warning("%s is torn (%s: a `dvc repro` was killed while writing it); moved to %s", path,
+                    type(exc).__name__, aside)
         return aside
-
-
-def repair_dvc_rwlock(path: str | Path = ".dvc/tmp/rwlock") -> Path | None:
-    """Move aside DVC's table of stage locks when a kill tore it (DVC writes it in place, and stops
-    on a file that is not JSON); the new path, or None. DVC rewrites it only while it holds the
-    repository lock, so no live ``dvc`` relies on a torn one; without it DVC starts an empty table."""
-    import json
-
-    path = Path(path)
-    if not path.is_file():
-        return None
-    try:
-        if isinstance(json.loads(path.read_text() or "null"), dict):
-            return None
-    except ValueError:
-        pass
-    aside = path.with_name(f"{path.name}.torn")
-    path.replace(aside)
-    log.warning("%s is torn (a `dvc repro` was killed while writing it); moved to %s", path, aside)
-    return aside
 
 
 if __name__ == "__main__":

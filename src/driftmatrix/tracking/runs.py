@@ -409,15 +409,15 @@ def create_unit_run(client, exp_id: str, record: Mapping[str, Any], folder: Path
 
 
 def create_unit_runs(client, exp_id: str, records: Sequence[Mapping[str, Any]], folders: Mapping[str, Any],
-                     extra_tags: Mapping[str, str], row: RowFor | None, cfg: TrackingConfig) -> list[str]:
+                     extra_tags: Mapping[str, str], row: RowFor | None, threads: int = 1) -> list[str]:
     """The runs of ``records`` (new units): a batch at a time into a local sqlite store
-    (:mod:`bulk`), else through the client, ``write_threads`` units at once; their run ids."""
+    (:mod:`bulk`), else through the client, ``threads`` units at once; their run ids."""
     from driftmatrix.tracking import bulk
 
     store = bulk.sql_store(client)
     if store is None:
         return each(lambda r: create_unit_run(client, exp_id, r, folders[r["unit"]["key"]], extra_tags, row),
-                    records, write_threads(cfg))
+                    records, threads)
     runs = [with_row(unit_run_rows(r, folders[r["unit"]["key"]], extra_tags), r["unit"]["key"], row) for r in records]
     bulk.write_runs(store, exp_id, runs,
                     lambda uri, local, path: run_artifacts(client, uri).log_artifacts(str(local), path))
@@ -451,7 +451,7 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row, describe
     threads = write_threads(cfg)
     new = [key for key in wanted if key not in by_key]
     models = {key: folders[key] if cfg.log_models else None for key in new}  # made here, not in the threads
-    by_key.update(zip(new, create_unit_runs(client, exp_id, [wanted[key] for key in new], models, tags, row, cfg)))
+    by_key.update(zip(new, create_unit_runs(client, exp_id, [wanted[key] for key in new], models, tags, row, threads)))
     created = len(new)
     if created:  # another writer may have made the same units meanwhile: keep the same survivors
         keep, more = plan_runs(model_runs(exp_id, model), dataset, wanted, project)
@@ -580,12 +580,10 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
     set_alias = _alias_setter(client)
 
     def point(alias: str, version: str) -> None:
-        if aliases.get(alias) != version:
-            try:
-                set_alias(name, alias, version)
-            except MlflowException:  # another sync made the alias meanwhile: now it is an update
-                set_alias(name, alias, version)
-            aliases[alias] = version
+        try:
+            set_alias(name, alias, version)
+        except MlflowException:  # another sync made the alias meanwhile: now it is an update
+            set_alias(name, alias, version)
 
     model = name.rpartition(".")[2]
     versions = client.search_model_versions(f"name LIKE {quote('%.' + model)}", max_results=100_000)
