@@ -17,6 +17,10 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 
+# slow: it trains five models for real (about 45 s); `make test` starts slow groups first, so it no
+# longer runs alone at the end of the suite
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def preset_run(tmp_path_factory):
