@@ -140,5 +140,6 @@ def test_two_pipelines_at_once_on_one_server(server, tmp_path, case):
         assert {"cutoff-1950", "cutoff-1953-seed-1"} <= set(client.get_registered_model(name).aliases), name
     if case == "two-datasets":  # each project's registered model holds exactly its own runs
         for folder, name in ((a, "two-a.MLP-S"), (b, "two-b.MLP-S")):
-            assert {v.run_id for v in versions if v.name == name} == {r.info.run_id for r in _live(runs, folder.resolve())}
+            own = {r.info.run_id for r in _live(runs, folder.resolve())}
+            assert {v.run_id for v in versions if v.name == name} == own, name
     assert any(server.artifacts.rglob("MLmodel"))
