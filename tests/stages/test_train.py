@@ -69,3 +69,61 @@ def test_device_and_precision_mistakes_are_config_errors_before_any_work(monkeyp
         resolve_device("gpu")
     with pytest.raises(ConfigError, match=r"^models.MLP-S.precision: expected fp32, bf16 or auto, got 'fp16'$"):
         effective_config(parse_params({"models": {"MLP-S": {"precision": "fp16"}}}), "MLP-S")
+
+
+def test_stages_with_nothing_to_do_ask_no_torch_and_start_no_workers(tiny_run, monkeypatch):
+    """On a machine whose probe (settings, libraries, CPU) matches the recorded one, the train stage
+    reads the environment instead of resolving it again (torch's import is most of such a stage
+    process), and neither it nor the evaluate stage starts worker processes; a changed probe
+    resolves it again."""
+    from driftmatrix.stages import evaluate, train
+    from driftmatrix.units import environment
+    from driftmatrix.units.store import CheckpointStore
+
+    params, paths = tiny_run.params, tiny_run.paths
+    if environment.environment_probe(params, "MLP-S") is None:
+        pytest.skip("a GPU device file on this machine: torch is always asked")
+    recorded = CheckpointStore(paths.checkpoints, "MLP-S").dir / "environment.json"
+    before = recorded.read_bytes()
+    asked = []
+    monkeypatch.setattr(environment, "environment_of", lambda *a, **k: asked.append(a) or 1 / 0)
+    monkeypatch.setattr(train, "start_workers", lambda *a, **k: 1 / 0)
+    assert train.run(params, "MLP-S", paths.slices, paths.checkpoints, paths.validation, paths.features) == []
+    assert asked == [] and recorded.read_bytes() == before
+    assert evaluate.run(params, "MLP-S", paths.slices, paths.checkpoints, paths.scores, paths.features) == []
+    monkeypatch.undo()
+
+    try:  # another machine's record: resolved here (the same environment on this machine), nothing trained
+        recorded.write_text(before.decode().replace(environment.environment_probe(params, "MLP-S"), "0123456789abcdef"))
+        assert train.run(params, "MLP-S", paths.slices, paths.checkpoints, paths.validation, paths.features) == []
+        assert recorded.read_bytes() == before
+    finally:
+        recorded.write_bytes(before)
+
+
+def test_the_environment_probe_covers_what_the_resolution_reads(tmp_path, monkeypatch):
+    from driftmatrix.units import environment
+
+    probe = environment.probe_digest("auto", "auto", 2, False)
+    assert probe is not None  # CPU-only CI; a GPU machine has a device file and gets None below anyway
+    assert len({probe, environment.probe_digest("fp32", "auto", 2, False), environment.probe_digest("auto", "cpu", 2, False),
+                environment.probe_digest("auto", "auto", 1, False), environment.probe_digest("auto", "auto", 2, True)}) == 5
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    assert environment.probe_digest("auto", "auto", 2, False) != probe
+    monkeypatch.delenv("ATEN_CPU_CAPABILITY")
+    monkeypatch.setattr(environment, "library_versions", lambda: {"torch": "9.9", "numpy": "2.4.6"})
+    assert environment.probe_digest("auto", "auto", 2, False) != probe
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: A\nflags\t\t: fpu avx2\n\nprocessor\t: 1\nmodel name\t: A\n"
+                       "flags\t\t: fpu avx2\n")
+    monkeypatch.setattr("driftmatrix.learn.precision.CPUINFO", cpuinfo)
+    one = environment.probe_digest("auto", "auto", 2, False)
+    cpuinfo.write_text(cpuinfo.read_text().replace("avx2", "avx2 amx_bf16"))
+    assert one is not None and environment.probe_digest("auto", "auto", 2, False) != one
+    monkeypatch.setattr("driftmatrix.learn.precision.CPUINFO", tmp_path / "missing")
+    assert environment.probe_digest("auto", "auto", 2, False) is None  # unknown CPU: torch is asked
+    gpu = tmp_path / "nvidia0"
+    gpu.touch()
+    monkeypatch.setattr(environment, "GPU_DEVICE_FILES", (str(gpu),))
+    monkeypatch.setattr("driftmatrix.learn.precision.CPUINFO", cpuinfo)
+    assert environment.probe_digest("auto", "auto", 2, False) is None  # a GPU: torch is asked

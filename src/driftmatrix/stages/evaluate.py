@@ -30,16 +30,14 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     from driftmatrix.stages.train import WORKER_MODULES, start_workers
     from driftmatrix.units.environment import recorded_environment
     from driftmatrix.units.experiment import Experiment, ExperimentInfo, ExperimentRecipe
-    from driftmatrix.units.plan import slice_hashes
+    from driftmatrix.data.table import read_manifest
+    from driftmatrix.units.plan import model_plan, slice_hashes
 
     # before any training: this machine's environment, so that the error below counts what is missing
     env = recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True)
-    # Scoring in CPU worker processes: this process never imports torch and sets MLflow up meanwhile.
-    # GPU units are scored in this process (one CUDA context, not one per CPU).
-    in_workers = env.device == "cpu" and start_workers(params, model, (*WORKER_MODULES, __name__))
     mlflow_ready = configure_in_background(params.tracking)
-    exp = ExperimentInfo(params, model, slices_dir, env)  # torch (for Experiment) only if there is work
-    plan, hashes = exp.plan, slice_hashes(exp.manifest)
+    manifest = read_manifest(slices_dir)  # the plan needs no rows yet
+    plan, hashes = model_plan(params, model, manifest, env), slice_hashes(manifest)
     ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(out_dir, model)
     untrained = [u for u in plan.units if not ckpts.done(u.key)]
     if untrained:
@@ -61,6 +59,10 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
                 scores.write(u.key, docs[u.key])
     log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes),
              sum(len(m) for _, m, _ in todo), len(todo))
+    # Scoring in CPU worker processes: this process never imports torch and sets MLflow up meanwhile.
+    # GPU units are scored in this process (one CUDA context, not one per CPU).
+    in_workers = bool(todo) and env.device == "cpu" and start_workers(params, model, (*WORKER_MODULES, __name__))
+    exp = ExperimentInfo(params, model, slices_dir, env)  # torch (for Experiment) only if there is work
     recipe = ExperimentRecipe.of(params, model, slices_dir, features_dir, env)
     if todo and not in_workers:  # scored in this process (GPU, one worker): with the inputs
         exp = Experiment(params, model, slices_dir, features_dir, env)

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from driftmatrix.config import ConfigError, Params, model_options
-from driftmatrix.units.environment import resolve_environment
-from driftmatrix.units.experiment import (Experiment, ExperimentInfo, ExperimentRecipe, train_task, training_data,
-                                         unit_record)
-from driftmatrix.units.plan import Unit
+from driftmatrix.units.environment import environment_probe, probed_environment, resolve_environment
+from driftmatrix.data.table import read_manifest
+from driftmatrix.units.experiment import Experiment, ExperimentRecipe, train_task, training_data, unit_record
+from driftmatrix.units.plan import Unit, model_plan
 from driftmatrix.units.store import CheckpointStore, refuse_replaced_weights
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,6 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
         validation_dir: str | Path = "outputs/validation",
         features_dir: str | Path = "outputs/features") -> list[dict[str, Any]]:
     """Train every unit of ``model``'s plan not done yet (no MLflow: the evaluate stage makes the runs)."""
-    from driftmatrix.audit.gate import overridden_checks
     from driftmatrix.units.code import undeclared
 
     missing = undeclared(model_options(params, model).get("estimator", ""))
@@ -79,18 +78,23 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
         raise ConfigError(f"params.yaml: models.{model}.estimator: its code in {missing[0]} is no dependency of "
                           f"dvc.yaml's train stage, so `dvc repro` would not retrain {model} when it changes: "
                           "move the module to src/custom_models/ or add its path to the stage's deps")
-    start_workers(params, model)  # before torch is imported here; unused if the units run on a GPU
-    env = resolve_environment(params, model)
-    info = ExperimentInfo(params, model, slices_dir, env)
     store = CheckpointStore(out_dir, model)
-    store.write_environment(env.to_dict())
-    todo = largest_first([u for u in info.plan.units if not store.done(u.key)], info.manifest)
+    probe = environment_probe(params, model)
+    env = probed_environment(store.environment(), probe)  # None: torch resolves it
+    workers = env is None and start_workers(params, model)  # before torch is imported here
+    env = env or resolve_environment(params, model)
+    manifest = read_manifest(slices_dir)  # the plan needs no rows (nor pandas) yet
+    plan = model_plan(params, model, manifest, env)
+    store.write_environment({**env.to_dict(), "probe": probe or ""})
+    todo = largest_first([u for u in plan.units if not store.done(u.key)], manifest)
     waiting = {u.key for u in todo}
-    refuse_replaced_weights(store, [u for u in info.plan.units if u.key not in waiting])  # before DVC saves them
-    log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(info.plan.units),
-             info.plan.window.name, len(info.plan.units) - len(todo), len(todo))
-    if not todo:  # nothing to train: no inputs, no executor
+    refuse_replaced_weights(store, [u for u in plan.units if u.key not in waiting])  # before DVC saves them
+    log.info("%s: %d units in the plan (%s window), %d done, %d to train", model, len(plan.units),
+             plan.window.name, len(plan.units) - len(todo), len(todo))
+    if not todo:  # nothing to train: no inputs, no executor, no workers (and no torch, see probe_digest)
         return []
+    if not workers:  # unused if the units run on a GPU
+        start_workers(params, model)
     exp = Experiment(params, model, slices_dir, features_dir, env)
     if exp.spec.inputs == "table":
         from driftmatrix.models.tabular import capped_features
@@ -98,6 +102,8 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
         cat = exp.inputs.cat.numpy()
         for line in capped_features(exp.spec.build.cls, exp.info["options"], exp.meta.categorical, cat):
             log.warning("%s: %s", model, line)
+    from driftmatrix.audit.gate import overridden_checks
+
     overrides = overridden_checks(validation_dir)
     tags = {"validation_override": "; ".join(overrides)} if overrides else {}
     return train_units(exp, store, todo, recipe=ExperimentRecipe.of(params, model, slices_dir, features_dir, env),

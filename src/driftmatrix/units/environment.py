@@ -11,6 +11,8 @@ import contextlib
 import csv
 import functools
 import hashlib
+import json
+import os
 import platform
 import sys
 from dataclasses import asdict, dataclass, field
@@ -25,10 +27,28 @@ from driftmatrix.units.store import CheckpointStore
 
 def resolve_environment(params: Params, model: str) -> Environment:
     """This model's environment, resolved once by the driver of the train stage."""
+    precision, device, threads, remote_gpus = asked_environment(params, model)
+    return environment_of(precision, device, threads, remote_gpus=remote_gpus)
+
+
+def asked_environment(params: Params, model: str) -> tuple[str, str, int | None, bool]:
+    """What ``model``'s settings ask for: precision, device, CPU threads, and whether Ray units ask for GPUs."""
     cfg, runtime = effective_config(params, model), runtime_config(params)
     res = runtime.resources_for(model)
-    return environment_of(cfg.precision, cfg.device, unit_threads(res),
-                          remote_gpus=runtime.executor == "ray" and res.num_gpus > 0)
+    return cfg.precision, cfg.device, unit_threads(res), runtime.executor == "ray" and res.num_gpus > 0
+
+
+def environment_probe(params: Params, model: str) -> str | None:
+    """:func:`probe_digest` of ``model``'s settings on this machine, recorded with its environment."""
+    return probe_digest(*asked_environment(params, model))
+
+
+def probed_environment(recorded: Mapping[str, Any] | None, probe: str | None) -> Environment | None:
+    """``recorded`` (the train stage's record from last time) where it was resolved under the same
+    ``probe`` (then torch need not be imported to resolve it again), else None."""
+    if probe is None or recorded is None or recorded.get("probe") != probe:
+        return None
+    return Environment.from_dict(recorded)
 
 
 def recorded_environment(params: Params, model: str, checkpoints_dir: str | Path,
@@ -105,6 +125,32 @@ class Environment:
         """``field: ours != theirs`` for every keyed field that differs."""
         a, b = self.keyed(), other.keyed()
         return [f"{k}: {a[k]!r} != {b[k]!r}" for k in a if a[k] != b[k]]
+
+
+#: Device files of GPUs torch could use (NVIDIA, AMD ROCm, WSL): where one exists, torch is asked.
+GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+def probe_digest(precision: str, device: str, threads: int | None, remote_gpus: bool) -> str | None:
+    """A digest of all that :func:`environment_of` reads on a machine without GPUs: the settings,
+    the library versions, the CPU's model and flags and torch's instruction-set override. None where
+    a GPU may be present or the CPU is unknown: torch is asked. Equal digests, equal environments, so
+    a train stage with nothing to train needs no torch (1-2 s a process)."""
+    from driftmatrix.learn.precision import CPUINFO
+
+    if any(Path(f).exists() for f in GPU_DEVICE_FILES):
+        return None
+    try:
+        cpu = [line for line in CPUINFO.read_text(errors="replace").splitlines()
+               if line.partition(":")[0].strip() in ("model name", "Model", "Hardware", "flags", "Features")]
+    except OSError:
+        return None
+    if not cpu:
+        return None
+    facts = {"asked": [precision, device, threads, remote_gpus], "libraries": library_versions(),
+             "machine": platform.machine(), "cpu": list(dict.fromkeys(cpu)),  # each line once, not per core
+             "capability": os.environ.get("ATEN_CPU_CAPABILITY", "")}
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def hardware(device) -> str:
