@@ -141,3 +141,19 @@ def test_window_drift_compares_the_pooled_window_with_each_later_period():
     d2, _ = drift.window_mmd(x2, ids, K, max_n=120, seed=1)
     assert d2[0, 3] > d2[2, 3] > d[2, 3]
     assert np.isnan(drift.window_mmd(np.zeros((0, 3)), np.zeros(0, int), 3)[0]).all()
+
+
+def test_spearman_is_scipys_with_ties_and_both_signs():
+    from scipy.stats import spearmanr
+
+    rng = np.random.default_rng(0)
+    for n in (3, 4, 7, 30):
+        for tied in (False, True):
+            x = rng.integers(0, 3, n).astype(float) if tied else rng.normal(size=n)
+            y = -x + rng.normal(size=n) if not tied else rng.integers(0, 2, n).astype(float)
+            if np.ptp(x) == 0 or np.ptp(y) == 0:
+                continue
+            want = spearmanr(x, y)
+            assert drift.spearman(x, y) == pytest.approx((want.statistic, want.pvalue), abs=1e-12)
+    rho, p = drift.spearman(np.arange(6.0), np.arange(6.0)[::-1])
+    assert rho == pytest.approx(-1.0) and p < 1e-6
