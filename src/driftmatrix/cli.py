@@ -480,7 +480,32 @@ def report(path: Path = MATRICES_ARG,
     typer.echo(stage.run(path, out, audit=audit, title=title, params=stage_params(params) if track else None))
 
 
+#: Seconds a command runs without cyclic garbage collection: its imports (torch, MLflow,
+#: great-expectations) make millions of objects that live as long as the process, and collecting
+#: while they load walks them again and again (0.5-1 s of a stage process). Then what was loaded
+#: is frozen out of later collections, and collection resumes.
+IMPORT_GC_PAUSE_S = 10.0
+
+
+def pause_gc_while_importing(seconds: float = IMPORT_GC_PAUSE_S) -> None:
+    import os
+    import threading
+
+    def resume() -> None:
+        gc.freeze()
+        gc.enable()
+
+    if not gc.isenabled():  # paused already (main called again in one process)
+        return
+    gc.disable()
+    os.register_at_fork(after_in_child=gc.enable)  # a forked child has no timer thread
+    timer = threading.Timer(seconds, resume)
+    timer.daemon = True
+    timer.start()
+
+
 def main() -> None:
+    pause_gc_while_importing()
     try:
         app()
     except Exception as exc:  # clear one-line errors for known user mistakes

@@ -199,7 +199,8 @@ def start_worker_server(cfg: RuntimeConfig, model: str | None = None, preload: I
     if cfg.executor != "local" or local_workers(cfg, model) <= 1 \
             or _pool_context().get_start_method() != "forkserver":
         return False
-    mp.set_forkserver_preload(["torch", __name__, *preload, "driftmatrix.runtime._worker_server"])
+    mp.set_forkserver_preload(["driftmatrix.runtime._worker_start", "torch", __name__, *preload,
+                               "driftmatrix.runtime._worker_server"])
     forkserver.ensure_running()
     return True
 
