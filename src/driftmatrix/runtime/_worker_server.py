@@ -1,9 +1,10 @@
 """Imported last by the local worker server (``executor.start_worker_server``).
 
 Freezes what the server holds, so forked workers share those pages instead of copying them (and
-collections never walk them), resumes the collection ``_worker_start`` paused, and makes its exit immediate (it writes nothing). On Linux the server and each worker die with their
-parent, so a killed stage does not leave them computing units nobody collects; the kernel signals a
-child when the thread that started it ends, so the server is started from the main thread."""
+collections never walk them), resumes the collection ``_worker_start`` paused, and makes its exit
+immediate (it writes nothing). On Linux the server and each worker die with their parent, so a
+killed stage does not leave them computing units nobody collects; the kernel signals a child when
+the thread that started it ends, so the server is started from the main thread."""
 
 import atexit
 import gc

@@ -80,9 +80,10 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
                           "move the module to src/custom_models/ or add its path to the stage's deps")
     store = CheckpointStore(out_dir, model)
     probe = environment_probe(params, model)
-    env = probed_environment(store.environment(), probe)  # None: torch resolves it
-    workers = env is None and start_workers(params, model)  # before torch is imported here
-    env = env or resolve_environment(params, model)
+    env = probed_environment(store.environment(), probe)
+    if env is None:  # torch resolves it: the worker server's own imports start first, alongside
+        start_workers(params, model)
+        env = resolve_environment(params, model)
     manifest = read_manifest(slices_dir)  # the plan needs no rows (nor pandas) yet
     plan = model_plan(params, model, manifest, env)
     store.write_environment({**env.to_dict(), "probe": probe or ""})
@@ -93,8 +94,7 @@ def run(params: Params, model: str, slices_dir: str | Path, out_dir: str | Path,
              plan.window.name, len(plan.units) - len(todo), len(todo))
     if not todo:  # nothing to train: no inputs, no executor, no workers (and no torch, see probe_digest)
         return []
-    if not workers:  # unused if the units run on a GPU
-        start_workers(params, model)
+    start_workers(params, model)  # once per process (a second call finds it running); unused on a GPU
     exp = Experiment(params, model, slices_dir, features_dir, env)
     if exp.spec.inputs == "table":
         from driftmatrix.models.tabular import capped_features

@@ -133,24 +133,33 @@ GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
 
 def probe_digest(precision: str, device: str, threads: int | None, remote_gpus: bool) -> str | None:
     """A digest of all that :func:`environment_of` reads on a machine without GPUs: the settings,
-    the library versions, the CPU's model and flags and torch's instruction-set override. None where
-    a GPU may be present or the CPU is unknown: torch is asked. Equal digests, equal environments, so
-    a train stage with nothing to train needs no torch (1-2 s a process)."""
-    from driftmatrix.learn.precision import CPUINFO
+    the library versions, the first processor's model and flags (as :func:`hardware` and the bf16
+    check read them) and torch's instruction-set override. None where a GPU may be present or the
+    CPU's flags are unknown: torch is asked. Equal digests, equal environments, so a train stage
+    with nothing to train needs no torch (1-2 s a process)."""
+    from driftmatrix.learn.precision import cpuinfo_flags
 
-    if any(Path(f).exists() for f in GPU_DEVICE_FILES):
-        return None
-    try:
-        cpu = [line for line in CPUINFO.read_text(errors="replace").splitlines()
-               if line.partition(":")[0].strip() in ("model name", "Model", "Hardware", "flags", "Features")]
-    except OSError:
-        return None
-    if not cpu:
+    flags = cpuinfo_flags()
+    if flags is None or any(Path(f).exists() for f in GPU_DEVICE_FILES):
         return None
     facts = {"asked": [precision, device, threads, remote_gpus], "libraries": library_versions(),
-             "machine": platform.machine(), "cpu": list(dict.fromkeys(cpu)),  # each line once, not per core
+             "machine": platform.machine(), "cpu": [cpu_model(), sorted(flags)],
              "capability": os.environ.get("ATEN_CPU_CAPABILITY", "")}
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def cpu_model() -> str:
+    """The first processor's model name in /proc/cpuinfo ("" without one), else what ``platform`` says."""
+    from driftmatrix.learn.precision import CPUINFO
+
+    try:
+        for line in CPUINFO.read_text(errors="replace").splitlines():
+            key, sep, value = line.partition(":")
+            if sep and key.strip() in ("model name", "Model", "Hardware"):
+                return value.strip()
+    except OSError:
+        return platform.processor()
+    return ""
 
 
 def hardware(device) -> str:
@@ -161,15 +170,7 @@ def hardware(device) -> str:
     if getattr(device, "type", str(device)).startswith("cuda"):
         return f"cuda {torch.cuda.get_device_name(device)} (capability {torch.cuda.get_device_capability(device)})"
     capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "?")()
-    model = ""
-    try:
-        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
-            key, sep, value = line.partition(":")
-            if sep and key.strip() in ("model name", "Model", "Hardware"):
-                model = value.strip()
-                break
-    except OSError:
-        model = platform.processor()
+    model = cpu_model()
     return f"{platform.machine()} {capability}" + (f" ({model})" if model else "")
 
 
