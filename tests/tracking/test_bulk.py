@@ -234,3 +234,19 @@ def test_a_sync_writes_the_registry_the_client_calls_write(tmp_path, monkeypatch
     stages = sorted(dict(v)["current_stage"] for v in calls["model_versions"])
     assert stages == ["Deleted_Internal", "None", "None", "None"]  # k1's first version, superseded
     assert len(calls["registered_model_aliases"]) == 5
+
+
+def test_a_server_store_is_told_apart_without_importing_the_sqlalchemy_stores():
+    """The check costs an evaluate stage that writes through a server nothing: MLflow's SQLAlchemy
+    stores, which only a sqlite store needs, take 0.6 s to import."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from mlflow import MlflowClient; from driftmatrix.tracking import bulk; "
+            "c = MlflowClient('http://127.0.0.1:5000'); "
+            "print(bulk.sql_store(c), bulk.registry_store(c), "
+            "sorted(m for m in sys.modules if m.startswith('sqlalchemy') or m.endswith('sqlalchemy_store'))[:3])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         cwd=Path(__file__).resolve().parents[2] / "src")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["None", "None", "[]"], out.stdout

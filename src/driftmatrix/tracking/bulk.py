@@ -46,9 +46,15 @@ class RunRows:
     artifacts: list[tuple[Path, str | None]] = field(default_factory=list)
 
 
+def _sqlite_uri(client) -> bool:
+    return str(getattr(client, "tracking_uri", "")).startswith("sqlite:")
+
+
 def sql_store(client):
     """The SQLAlchemy store behind ``client`` when it is a sqlite file this MLflow's table models
     can write; else None (the client writes, one call at a time)."""
+    if not _sqlite_uri(client):
+        return None  # MLflow's SQLAlchemy modules cost 0.6 s to import: not for a server
     try:
         from mlflow.store.tracking.dbmodels import models  # noqa: F401 - what write_runs needs
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
@@ -194,6 +200,8 @@ class VersionRows:
 def registry_store(client):
     """The registry's SQLAlchemy store when it is the sqlite file of ``client``'s tracking store
     (the sync's lock covers both), else None (the client writes, one call at a time)."""
+    if not _sqlite_uri(client):
+        return None
     try:
         from mlflow.store.model_registry.sqlalchemy_store import SqlAlchemyStore
         from mlflow.utils import validation
