@@ -141,7 +141,8 @@ def as_images(model_input, shape: Sequence[int] | None = None) -> np.ndarray:
         if arr.size and (arr.min() < 0 or arr.max() > 255 or not np.all(np.equal(np.mod(arr, 1), 0))):
             raise DataError("image values must be integers in 0..255")
         arr = arr.astype(np.uint8)
-    return np.ascontiguousarray(arr)
+    arr = np.ascontiguousarray(arr)
+    return arr if arr.flags.writeable else arr.copy()  # a served request's buffer: torch warns on read-only
 
 
 def read_images(paths: Iterable[str | os.PathLike], shape: Sequence[int]) -> np.ndarray:
