@@ -104,15 +104,27 @@ def write_params(work: Path, params: dict) -> None:
     (work / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
 
 
-def sh(cmd: list[str], work: Path, env: dict, log: Path | None = None) -> tuple[float, str]:
+def sh(cmd: list[str], work: Path, env: dict, log: Path | None = None,
+       progress: str | None = None) -> tuple[float, str]:
+    """Run ``cmd`` in ``work``: its seconds and its output (stdout and stderr as one stream, so stage
+    logs stay under their "Running stage" line), written to ``log`` line by line as it comes (a run
+    cut short leaves what it did). With ``progress`` (a label), each stage DVC starts is printed."""
     t0 = time.perf_counter()
-    out = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines, started = [], 0
+    with subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          bufsize=1) as proc, (log.open("w") if log else open(os.devnull, "w")) as sink:
+        for line in proc.stdout:
+            lines.append(line)
+            sink.write(line)
+            stage = re.match(r"Running stage '([^']+)'", line)
+            if progress and stage:
+                started += 1
+                mins, secs = divmod(int(time.perf_counter() - t0), 60)
+                print(f"  {progress}: stage {started} {stage.group(1)} at {mins}:{secs:02d}", flush=True)
     secs = time.perf_counter() - t0
-    text = out.stdout  # one stream: stage logs stay under their "Running stage" line
-    if log:
-        log.write_text(text)
-    if out.returncode:
-        sys.exit(f"{' '.join(cmd)} failed ({out.returncode}):\n{text[-4000:]}")
+    text = "".join(lines)
+    if proc.returncode:
+        sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{text[-4000:]}")
     return secs, text
 
 
@@ -201,7 +213,7 @@ def repro(label: str, work: Path, env: dict, times: Path, logs: Path) -> dict:
     t_gen, _ = sh(["driftmatrix", "data", "generate"], work, env)
     t_add, _ = sh(["dvc", "add", "-q", "data"], work, env)
     since = time.time()
-    t_repro, text = sh(["dvc", "repro"], work, env, logs / f"{label}.log")
+    t_repro, text = sh(["dvc", "repro"], work, env, logs / f"{label}.log", progress=label)
     stages = stage_times(times, since)
     secs = {k: v["end"] - v["start"] for k, v in stages.items()}
     cpu = {k: v.get("cpu", float("nan")) for k, v in stages.items()}

@@ -257,7 +257,7 @@ def side(label: str, tmp: Path, params: dict, env: dict, measure: bool) -> dict:
     t_gen, _ = sh(["driftmatrix", "data", "generate"], work, env)
     sh(["dvc", "add", "-q", "data"], work, env)
     load_before = load()
-    t_repro, _ = sh(["dvc", "repro"], work, env, tmp / "logs" / f"{label}.log")
+    t_repro, _ = sh(["dvc", "repro"], work, env, tmp / "logs" / f"{label}.log", progress=label)
     return {**collect(label, tmp, params, measure), "repro_s": t_repro, "generate_s": t_gen,
             "load_before": load_before, "load_after": load()}
 

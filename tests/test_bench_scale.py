@@ -4,6 +4,7 @@ It reports times; it never fails on them."""
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +64,10 @@ def test_tiny_run_writes_every_figure(tmp_path, capsys):
     assert all(t["met"] in (True, False) for k, t in fig["targets"].items()
                if k not in ("bookkeeping_ms_per_unit_server", "report_load_s"))
     assert "bench-scale: 12 units" in run.stdout
+    # progress while `dvc repro` runs: one line per stage it starts, the models' train stages among them
+    started = re.findall(r"^  sqlite: stage (\d+) (\S+) at \d+:\d\d$", run.stdout, re.M)
+    assert [int(n) for n, _ in started] == list(range(1, len(started) + 1))
+    assert {s for _, s in started} >= {"ingest", "train@Prior", "evaluate@Prior", "matrices", "report"}, started
     # the small side's figures: peak memory against fewer units (this side, at half the units and memory)
     small = {**sq, "units": 6, "peak_rss_mb": sq["peak_rss_mb"] / 2}
     both = {**res, "sides": {"sqlite": sq, "sqlite-small": small}}
