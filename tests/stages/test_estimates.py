@@ -79,6 +79,44 @@ def test_stage_writes_backtest_metrics_model_files_and_one_mlflow_run(finished, 
     assert {"estimates/backtest.json", "estimates/backtest.csv", "estimates/MLP-S.json"} <= logged
 
 
+def test_stage_holds_one_models_cell_statistics_at_a_time_and_summarises_as_all_at_once(finished, monkeypatch):
+    """Each model's per-cell statistics (most of the stage's memory: at 20 models of 250 units,
+    3 GB held at once) are freed once it is backtested, before the next model is read; the flags,
+    calibrated across models, and every figure are those of all models backtested together."""
+    import gc
+    import weakref
+
+    from driftmatrix.config import estimate_config
+    from driftmatrix.data.table import read_manifest
+    from driftmatrix.estimate.domain import WeightCache
+    from driftmatrix.stages import estimates as stage
+
+    class Tracked(list):  # a plain list takes no weak reference
+        pass
+
+    params, paths, tmp = finished
+    real, alive, seen = stage.load_model, [], []
+
+    def load_model(*args, **kwargs):
+        gc.collect()
+        seen.append(sum(ref() is not None for ref in alive))
+        ms = real(*args, **kwargs)
+        ms = replace(ms, stats=Tracked(ms.stats))
+        alive.append(weakref.ref(ms.stats))
+        return ms
+
+    monkeypatch.setattr(stage, "load_model", load_model)
+    result = stage.run(params, paths.slices, paths.scores, tmp / "one-at-a-time", None)
+    assert seen == [0] * len(MODELS)  # no earlier model's statistics alive when the next is read
+    monkeypatch.undo()
+    cfg, manifest = estimate_config(params), read_manifest(paths.slices)
+    together = stage.backtest_models({m: real(params, m, manifest, paths.scores) for m in MODELS}, cfg.min_ess,
+                                     cfg.label_shift, cfg.cap_slack, WeightCache())
+    assert len(MODELS) > 1 and result == {m: summary for m, (_, _, summary) in together.items()}
+    assert {s["label_shift_flag_threshold"] for s in result.values()} == \
+        {together[next(iter(MODELS))][2]["label_shift_flag_threshold"]}  # one threshold: calibrated on every model
+
+
 def test_score_docs_and_matrices_carry_each_units_training_seconds(finished):
     """The evaluate stage copies each unit record's measured seconds into its score doc, and the
     matrices stage lays them out per (seed, cutoff): the cost side of a retraining policy."""

@@ -15,13 +15,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from driftmatrix.config import METRICS, Params, estimate_config, evaluation_metric, metric_for
+from driftmatrix.config import METRICS, EstimateConfig, Params, estimate_config, evaluation_metric, metric_for
 from driftmatrix.data.table import DataError, DatasetMeta, read_manifest
 from driftmatrix.analysis import matrixfile
 from driftmatrix.estimate import backtest
 from driftmatrix.estimate.backtest import Backtest, ModelScores
 from driftmatrix.estimate.cells import from_doc
-from driftmatrix.estimate.domain import WeightCache, read_slice_inputs
+from driftmatrix.estimate.domain import SliceInputs, WeightCache, read_slice_inputs
 from driftmatrix.estimate.methods import CAP_SLACK, METHODS
 from driftmatrix.tracking import runs as tracking
 from driftmatrix.units.environment import Environment
@@ -75,14 +75,34 @@ def from_matrices(m) -> ModelScores:
 PREVIOUS_KEYS = ("mae", "bias", "n_cells", "mae_by_seed", "coverage", "rho")
 
 
-def backtest_models(models: Mapping[str, ModelScores], min_ess: float = 30.0, shift_threshold: float = 0.1,
-                    cap_slack: float = CAP_SLACK, cache: WeightCache | None = None
-                    ) -> dict[str, tuple[Backtest, Backtest, dict[str, Any]]]:
-    """Both backtests of each model, as at cutoff i and one period ahead (the summary's
-    ``previous_period``: only methods that estimate every future cell that way, so not IW-inputs),
-    BBSE's flag calibrated on every model's cells per reference. ``cache``: shared domain weights."""
-    runs = {name: [backtest.run(ms, min_ess, shift_threshold, cap_slack=cap_slack, cache=cache, reference=r)
-                   for r in backtest.REFERENCES] for name, ms in models.items()}
+def backtest_model(ms: ModelScores, min_ess: float = 30.0, shift_threshold: float = 0.1,
+                   cap_slack: float = CAP_SLACK, cache: WeightCache | None = None) -> list[Backtest]:
+    """One model's backtest per reference (as at cutoff i, one period ahead), flags not yet
+    calibrated across models (:func:`combine`). They keep nothing of ``ms``'s per-cell statistics."""
+    return [backtest.run(ms, min_ess, shift_threshold, cap_slack=cap_slack, cache=cache, reference=r)
+            for r in backtest.REFERENCES]
+
+
+def without_stats(ms: ModelScores) -> ModelScores:
+    """What the summaries and ``<model>.json`` read of a model once it is backtested: its per-cell
+    statistics and slice inputs dropped (most of its memory: one model's at a time, not every model's)."""
+    return replace(ms, stats=(), inputs=None)
+
+
+def backtested(ms: ModelScores | None, inputs: SliceInputs | None, cfg: EstimateConfig, cache: WeightCache
+               ) -> tuple[list[Backtest], ModelScores] | None:
+    """``ms``'s backtests and ``ms`` :func:`without_stats` (its statistics freed on return); None for None."""
+    if ms is None:
+        return None
+    return backtest_model(replace(ms, inputs=inputs), cfg.min_ess, cfg.label_shift, cfg.cap_slack, cache), \
+        without_stats(ms)
+
+
+def combine(runs: Mapping[str, list[Backtest]], models: Mapping[str, ModelScores], shift_threshold: float = 0.1
+            ) -> dict[str, tuple[Backtest, Backtest, dict[str, Any]]]:
+    """Each model's two backtests and summary (with ``previous_period``: the one-period-ahead
+    backtest's, only methods that estimate every future cell that way, so not IW-inputs), BBSE's flag
+    calibrated on every model's cells per reference."""
     for k in range(len(backtest.REFERENCES)):
         backtest.calibrate_flags([r[k] for r in runs.values()], shift_threshold)
         for name, r in runs.items():
@@ -95,6 +115,14 @@ def backtest_models(models: Mapping[str, ModelScores], min_ess: float = 30.0, sh
         previous.update({k: v for k, v in ahead.items() if k not in METHODS})
         out[name] = bt, ahead_bt, {**bt.summary, "previous_period": previous}
     return out
+
+
+def backtest_models(models: Mapping[str, ModelScores], min_ess: float = 30.0, shift_threshold: float = 0.1,
+                    cap_slack: float = CAP_SLACK, cache: WeightCache | None = None
+                    ) -> dict[str, tuple[Backtest, Backtest, dict[str, Any]]]:
+    """:func:`backtest_model` of each model, then :func:`combine`. ``cache``: shared domain weights."""
+    runs = {name: backtest_model(ms, min_ess, shift_threshold, cap_slack, cache) for name, ms in models.items()}
+    return combine(runs, models, shift_threshold)
 
 
 def run_matrices(folder: str | Path, out_dir: str | Path, shift_threshold: float = 0.1) -> dict[str, dict[str, Any]]:
@@ -205,16 +233,18 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
     out_dir.mkdir(parents=True, exist_ok=True)
     # model-independent: read once, weights shared by all models; opt-in (docs/estimates.md: cost)
     inputs = read_slice_inputs(slices_dir) if cfg.iw_inputs else None
-    models = {name: load_model(params, name, manifest, scores_dir) for name in params.models}
-    for name in [m for m, ms in models.items() if ms is None]:
-        del models[name]
-        log.warning("estimates: no scored cells for %s; left out", name)
+    # one model's per-cell statistics in memory at a time (at 250 units of 50 periods, 130 MiB each)
+    models, runs, cache = {}, {}, WeightCache()
+    for name in params.models:
+        done = backtested(load_model(params, name, manifest, scores_dir), inputs, cfg, cache)
+        if done is None:
+            log.warning("estimates: no scored cells for %s; left out", name)
+            continue
+        runs[name], models[name] = done
     if not models:
         raise DataError(f"{scores_dir}: no scored cells for {list(params.models)} (run the evaluate stage first)")
     summaries, files = {}, []
-    for name, (bt, ahead, summaries[name]) in backtest_models(
-            {n: replace(ms, inputs=inputs) for n, ms in models.items()}, cfg.min_ess, cfg.label_shift, cfg.cap_slack,
-            WeightCache()).items():
+    for name, (bt, ahead, summaries[name]) in combine(runs, models, cfg.label_shift).items():
         ms = models[name]
         path = out_dir / f"{name}.json"
         path.write_text(json.dumps(model_doc(ms, bt, ahead)))
