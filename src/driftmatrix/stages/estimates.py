@@ -83,19 +83,17 @@ def backtest_model(ms: ModelScores, min_ess: float = 30.0, shift_threshold: floa
             for r in backtest.REFERENCES]
 
 
-def without_stats(ms: ModelScores) -> ModelScores:
-    """What the summaries and ``<model>.json`` read of a model once it is backtested: its per-cell
-    statistics and slice inputs dropped (most of its memory: one model's at a time, not every model's)."""
-    return replace(ms, stats=(), inputs=None)
-
-
-def backtested(ms: ModelScores | None, inputs: SliceInputs | None, cfg: EstimateConfig, cache: WeightCache
-               ) -> tuple[list[Backtest], ModelScores] | None:
-    """``ms``'s backtests and ``ms`` :func:`without_stats` (its statistics freed on return); None for None."""
+def read_and_backtest(params: Params, model: str, manifest: Mapping[str, Any], scores_dir: str | Path,
+                 inputs: SliceInputs | None, cfg: EstimateConfig, cache: WeightCache
+                 ) -> tuple[list[Backtest], ModelScores] | None:
+    """``model`` read from its scores and backtested (None when nothing is scored): its backtests and
+    the model without its per-cell statistics and slice inputs, which are most of its memory and are
+    freed on return, before the next model is read; the summaries and ``<model>.json`` read the rest."""
+    ms = load_model(params, model, manifest, scores_dir)
     if ms is None:
         return None
-    return backtest_model(replace(ms, inputs=inputs), cfg.min_ess, cfg.label_shift, cfg.cap_slack, cache), \
-        without_stats(ms)
+    runs = backtest_model(replace(ms, inputs=inputs), cfg.min_ess, cfg.label_shift, cfg.cap_slack, cache)
+    return runs, replace(ms, stats=(), inputs=None)
 
 
 def combine(runs: Mapping[str, list[Backtest]], models: Mapping[str, ModelScores], shift_threshold: float = 0.1
@@ -233,10 +231,10 @@ def run(params: Params, slices_dir: str | Path = "outputs/slices", scores_dir: s
     out_dir.mkdir(parents=True, exist_ok=True)
     # model-independent: read once, weights shared by all models; opt-in (docs/estimates.md: cost)
     inputs = read_slice_inputs(slices_dir) if cfg.iw_inputs else None
-    # one model's per-cell statistics in memory at a time (at 250 units of 50 periods, 130 MiB each)
+    # one model's per-cell statistics in memory at a time (at 250 units of 50 periods, 136 MiB each)
     models, runs, cache = {}, {}, WeightCache()
     for name in params.models:
-        done = backtested(load_model(params, name, manifest, scores_dir), inputs, cfg, cache)
+        done = read_and_backtest(params, name, manifest, scores_dir, inputs, cfg, cache)
         if done is None:
             log.warning("estimates: no scored cells for %s; left out", name)
             continue
