@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 from driftmatrix.audit import gate
 
 from driftmatrix.stages import validate as validate_stage
-from testkit.slices import make_slices, write_slices
+from testkit.slices import gx_formats_agree, make_slices, write_slices
 from driftmatrix.audit.validation import ValidationConfig
 from driftmatrix.cli import app
 from driftmatrix.config import ConfigError, parse_params
@@ -237,3 +237,22 @@ def test_multiclass_class_absent_from_every_training_window_still_fails(tmp_path
     assert "slice 2003: classes_present failed" in str(err.value) and '"sms": 0' in str(err.value)
     assert [f["expectation"] for f in json.loads((paths.validation / "summary.json").read_text())["failures"]] == [
         "classes_present"]
+
+
+def test_the_gate_records_what_validating_every_suite_in_summary_records(tmp_path):
+    """GX's BASIC format first, SUMMARY again only for a suite with a failure: the same records as
+    SUMMARY throughout (examples of what failed included), for clean slices, broken ones, and
+    multiclass warnings."""
+    rows, manifest, _ = make_slices(k=3, per_slice=100, task="binary")
+    clean, again = gx_formats_agree(write_slices(tmp_path / "clean", rows, manifest))
+    assert again == 0 and all(r["success"] for s in clean for r in s["expectations"])
+
+    broken, again = gx_formats_agree(_corrupted(tmp_path))
+    failed = {r["expectation"]: r for s in broken if s["label"] == BAD for r in s["expectations"] if not r["success"]}
+    assert set(BROKEN) <= set(failed) and 1 <= again < 3 * 4  # only the suites of slice 2002 with a failure
+    assert failed["unique_id"]["examples"] and failed["timestamp_in_period"]["examples"]  # SUMMARY's, kept
+
+    (tmp_path / "tweets").mkdir()
+    _, paths = _tweets(tmp_path / "tweets")
+    _, again = gx_formats_agree(paths.slices)
+    assert again >= 1  # classes_in_slice warns: a failed, non-critical check

@@ -13,6 +13,7 @@ from driftmatrix.stages import validate as validate_stage
 from driftmatrix.stages import audit as stage
 from driftmatrix.audit import measures
 from driftmatrix.audit.slices import load_slices
+from testkit.slices import gx_formats_agree
 
 
 def test_ks_and_js_distance_bounds():
@@ -65,3 +66,12 @@ def test_the_gate_checks_feature_columns_with_the_override_mechanism(sliced, tmp
     allowed = {**strict, "validation": {**strict["validation"], "override": ["2004:unseen_share", "*:missing_share"]}}
     summary = validate_stage.run(replace(params, extra=allowed), paths.slices, tmp_path / "v3", echo=lambda _: None)
     assert summary["passed"] and ("2004", "unseen_share") in {(o["slice"], o["expectation"]) for o in summary["overridden"]}
+
+
+def test_feature_checks_record_what_validating_in_summary_records(sliced):
+    """Feature frames (missing and unseen-category shares, types) through GX's BASIC format first:
+    the records are SUMMARY's."""
+    params, paths = sliced
+    records, again = gx_formats_agree(paths.slices, params.extra.get("validation"))
+    keys = {r["expectation"] for s in records for r in s["expectations"]}
+    assert {"missing_share", "unseen_share", "types"} <= keys and again >= 1  # unseen_share warns in 2004

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -103,3 +103,32 @@ def write_slices(out_dir: str | Path, rows: pd.DataFrame, manifest: dict[str, An
     if images is not None:
         np.save(out / "images.npy", np.asarray(images))
     return out
+
+
+def gx_formats_agree(slices_dir: str | Path, validation: Mapping[str, Any] | None = None) -> tuple[list, int]:
+    """``validate_slices`` records of ``slices_dir`` as the gate makes them (GX's BASIC format first,
+    SUMMARY for a suite with a failure), checked equal to those of a runner that validates every
+    suite in SUMMARY; (the records, how many suites were validated again in SUMMARY)."""
+    from driftmatrix.audit.slices import load_slices
+    from driftmatrix.audit.validation import GXRunner, ValidationConfig, validate_slices
+
+    class Counting(GXRunner):
+        formats: list[str] = []
+
+        def _results(self, batch, name, expectations, result_format):
+            self.formats.append(result_format["result_format"])
+            return super()._results(batch, name, expectations, result_format)
+
+    class SummaryOnly(GXRunner):
+        def validate(self, frame_kind, frame, name, expectations, index_columns, max_examples):
+            batch = self.batch_definitions[frame_kind].get_batch(batch_parameters={"dataframe": frame})
+            return self._results(batch, name, expectations, {
+                "result_format": "SUMMARY", "partial_unexpected_count": max_examples,
+                "unexpected_index_column_names": index_columns})
+
+    slices, cfg = load_slices(slices_dir), ValidationConfig.from_params(validation)
+    runner = Counting()
+    got = validate_slices(slices, cfg, runner)
+    assert got == validate_slices(slices, cfg, SummaryOnly())
+    assert runner.formats.count("BASIC") >= len(slices.specs) * 3  # rows, schema, classes: each suite once
+    return got, runner.formats.count("SUMMARY")
