@@ -223,10 +223,15 @@ class GXRunner:
         validated again in SUMMARY, for the examples of what failed."""
         batch = self.batch_definitions[frame_kind].get_batch(batch_parameters={"dataframe": frame})
         results = self._results(batch, name, expectations, {"result_format": "BASIC"})
-        if all(r.success and not (r.exception_info or {}).get("raised_exception") for r in results):
+        if all(r.success and raised(r) is None for r in results):
             return results
-        return self._results(batch, name, expectations, {"result_format": "SUMMARY", "partial_unexpected_count": max_examples,
-                                                         "unexpected_index_column_names": index_columns})
+        return self._results(batch, name, expectations, self.summary_format(index_columns, max_examples))
+
+    @staticmethod
+    def summary_format(index_columns: list[str], max_examples: int) -> dict[str, Any]:
+        """GX's SUMMARY result format, with up to ``max_examples`` unexpected rows named by ``index_columns``."""
+        return {"result_format": "SUMMARY", "partial_unexpected_count": max_examples,
+                "unexpected_index_column_names": index_columns}
 
     def _results(self, batch: Any, name: str, expectations: list, result_format: dict[str, Any]) -> list:
         suite = self.gx.ExpectationSuite(name=name)
@@ -311,6 +316,12 @@ def _jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
+def raised(res: Any) -> str | None:
+    """The message of the exception a GX expectation result raised, else None."""
+    info = res.exception_info or {}
+    return info.get("exception_message") if info.get("raised_exception") else None
+
+
 def record(res: Any, cfg: ValidationConfig) -> dict[str, Any]:
     """One GX expectation result in the project's format (never the whole frame)."""
     meta = res.expectation_config.meta or {}
@@ -326,7 +337,7 @@ def record(res: Any, cfg: ValidationConfig) -> dict[str, Any]:
         observed = None
     examples = r.get("partial_unexpected_index_list") or r.get("partial_unexpected_list") or \
         r.get("partial_missing_list") or []
-    error = (res.exception_info or {}).get("exception_message") if (res.exception_info or {}).get("raised_exception") else None
+    error = raised(res)
     if error:
         observed = f"error: {error}"
     return {"expectation": key, "gx": res.expectation_config.type, "success": bool(res.success) and not error,

@@ -84,8 +84,8 @@ def backtest_model(ms: ModelScores, min_ess: float = 30.0, shift_threshold: floa
 
 
 def read_and_backtest(params: Params, model: str, manifest: Mapping[str, Any], scores_dir: str | Path,
-                 inputs: SliceInputs | None, cfg: EstimateConfig, cache: WeightCache
-                 ) -> tuple[list[Backtest], ModelScores] | None:
+                      inputs: SliceInputs | None, cfg: EstimateConfig, cache: WeightCache
+                      ) -> tuple[list[Backtest], ModelScores] | None:
     """``model`` read from its scores and backtested (None when nothing is scored): its backtests and
     the model without its per-cell statistics and slice inputs, which are most of its memory and are
     freed on return, before the next model is read; the summaries and ``<model>.json`` read the rest."""
