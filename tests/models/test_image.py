@@ -105,6 +105,31 @@ def test_vit_starts_from_the_weights_torch_encoder_layers_would_have():
     assert torch.equal(ours.blocks[0].fc1.weight, ours.blocks[1].fc1.weight)
 
 
+def test_an_uninitialised_linear_is_skip_inits_and_building_a_vit_imports_no_sympy():
+    """The attention projection is left uninitialised as ``nn.utils.skip_init`` leaves it (no draw
+    from the RNG, the same shapes, dtypes and trainable parameters), without its ``to_empty``,
+    which imports sympy the first time a process builds a ViT."""
+    import subprocess
+    import sys
+
+    from driftmatrix.models.image import uninitialised_linear
+
+    torch.manual_seed(5)
+    ref = torch.nn.utils.skip_init(torch.nn.Linear, 8, 24)
+    ref_next = torch.rand(3)
+    torch.manual_seed(5)
+    ours = uninitialised_linear(8, 24)
+    assert torch.equal(torch.rand(3), ref_next)
+    for mine, theirs in zip(ours.parameters(), ref.parameters(), strict=True):
+        assert (mine.shape, mine.dtype, mine.device, mine.requires_grad) == \
+               (theirs.shape, theirs.dtype, theirs.device, theirs.requires_grad)
+    assert ours(torch.zeros(2, 8)).shape == (2, 24)
+    code = ("import sys; from driftmatrix.models.image import ViT; ViT(64, 2, 4, 2.0, 2); "
+            "print('sympy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
+
+
 def test_a_model_revision_rekeys_only_that_models_units(monkeypatch):
     """ViT's MaskDropout blocks (revision 1) change its numbers, so its units are redone; a model
     at revision 0 keeps the key it always had (no "revision" in its identity)."""

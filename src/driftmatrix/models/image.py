@@ -86,6 +86,16 @@ class ResNet(nn.Module):
         return self.head(self.stages(self.stem(x)).mean(dim=(2, 3)))
 
 
+def uninitialised_linear(n_in: int, n_out: int) -> nn.Linear:
+    """``nn.utils.skip_init(nn.Linear, n_in, n_out)``: built on the meta device, so its initialisation
+    draws nothing from the RNG, then given empty CPU tensors. ``skip_init``'s ``to_empty`` does the
+    same through ``torch._refs``, whose first use imports sympy (0.4-2.5 s a process)."""
+    linear = nn.Linear(n_in, n_out, device="meta")
+    linear.weight = nn.Parameter(torch.empty(n_out, n_in))
+    linear.bias = nn.Parameter(torch.empty(n_out))
+    return linear
+
+
 class EncoderBlock(nn.Module):
     """Pre-norm Transformer encoder layer: the arithmetic and initialisation order of
     ``nn.TransformerEncoderLayer(norm_first=True, activation="gelu")``, written out so its four
@@ -95,7 +105,7 @@ class EncoderBlock(nn.Module):
         super().__init__()
         self.heads = heads
         self.proj = nn.Linear(dim, dim)  # MultiheadAttention: out_proj first, then in_proj (xavier)
-        self.qkv = nn.utils.skip_init(nn.Linear, dim, 3 * dim)
+        self.qkv = uninitialised_linear(dim, 3 * dim)
         nn.init.xavier_uniform_(self.qkv.weight)
         nn.init.zeros_(self.qkv.bias)
         nn.init.zeros_(self.proj.bias)
