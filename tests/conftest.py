@@ -109,14 +109,17 @@ def tiny_run(tmp_path_factory):
     return TinyRun(params, paths, root)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def ray_cluster():
-    """One local Ray with 2 CPUs for the whole session (started by the first test that needs it);
-    tests that need it skip, with the reason, only where Ray cannot start."""
+    """The local Ray with 2 CPUs, started by the first test that needs it and kept for the next ones
+    until the Ray group ends (:func:`pytest_runtest_teardown`); tests that need it skip, with the
+    reason, only where Ray cannot start."""
     try:
         import ray
     except ImportError as exc:  # pragma: no cover - ray is pinned in requirements.txt
         pytest.skip(f"Ray cannot start: not installed ({exc})")
+    if ray.is_initialized():
+        return ray
     from driftmatrix.runtime.executor import start_ray
     from driftmatrix.config import RuntimeConfig
 
@@ -134,5 +137,15 @@ def ray_cluster():
             del os.environ["PYTHONPATH"]
         else:
             os.environ["PYTHONPATH"] = saved
-    yield ray
-    ray.shutdown()
+    return ray
+
+
+def pytest_runtest_teardown(item, nextitem):
+    """Stop the local Ray after the last test of the Ray group (a worker runs the group's tests one
+    after the other): Ray's idle daemons and workers would otherwise take about 4% of a core until
+    the worker's last test, hundreds of seconds later; a later test that needs it starts it again."""
+    ray = sys.modules.get("ray")
+    if ray is None or _group(item) != RAY_GROUP or (nextitem is not None and _group(nextitem) == RAY_GROUP):
+        return
+    if ray.is_initialized():
+        ray.shutdown()
