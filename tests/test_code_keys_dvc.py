@@ -127,13 +127,16 @@ def test_comments_and_docstrings_retrain_nothing_a_statement_retrains_its_units(
     before = {m: unit_folders(work, m) for m in MODELS}
     assert {m: len(before[m]) for m in MODELS} == {m: YEARS for m in MODELS}
 
-    # a comment appended and a docstring edited, every log message reworded and a model variant
-    # added to the catalog: DVC reruns the stages that depend on the files, and they find every
-    # unit done and every cell scored
+    # a comment appended and a docstring edited, every log message reworded: no stage's code digest
+    # changes, so only the code stage runs
     image = work / "src" / "driftmatrix" / "models" / "image.py"
     image.write_text(image.read_text() + "# a comment appended by tests/test_code_keys_dvc.py\n")
     edit(image, '"""The network of a catalogue entry', '"""The network (edited docstring) of a catalogue entry')
     assert sum(reword_reports(path) for path in (work / "src" / "driftmatrix").rglob("*.py")) > 40
+    assert ran(sh(UNITS, work, env)) == {"code"}
+
+    # a model variant added to the catalog: DVC reruns the stages whose code holds the file, and
+    # they find every unit done and every cell scored
     catalog = work / "src" / "driftmatrix" / "models" / "catalog.py"
     edit(catalog, '    "CNN-L":', '    "CNN-XS": ("CNN", "CNN", {"channels": (8, 16)}),\n    "CNN-L":')
     cosmetic = sh(UNITS, work, env)
@@ -180,9 +183,9 @@ class MyEst(LogisticRegression):
 
 @pytest.mark.slow
 def test_editing_a_project_estimator_module_retrains_that_models_units_only(tmp_path):
-    """An estimator named by import path whose module is project code (src/custom_models/, a train
-    stage dependency) is keyed by its code: editing it reruns train@MyEst, which retrains its units,
-    while the other models' stages find theirs done."""
+    """An estimator named by import path whose module is project code (src/custom_models/, part of
+    the train stage's code) is keyed by its code: editing it reruns the train stages; MyEst's
+    retrains its units, the other models' find theirs done."""
     params = yaml.safe_load((REPO / "presets" / "tabular.yaml").read_text())
     params["synthetic"].update(years=YEARS, per_year=60)
     params["models"] = {"LogReg": {}, "MyEst": {"estimator": "custom_models.mine.MyEst"}}
@@ -190,9 +193,8 @@ def test_editing_a_project_estimator_module_retrains_that_models_units_only(tmp_
     module = work / "src" / "custom_models" / "mine.py"
     models = tuple(params["models"])
     settled(sh(["dvc", "repro"], work, env), models, stale=set(models))  # importance and report load MyEst too
-    module.write_text("# a comment\n" + MINE)  # every train stage reruns (a dependency), none trains
-    comment = sh(UNITS, work, env)
-    assert trained(comment) == {m: (YEARS, YEARS, 0) for m in models} and scored(comment) == {}
+    module.write_text("# a comment\n" + MINE)  # no stage's code digest changes
+    assert ran(sh(UNITS, work, env)) == {"code"}
     module.write_text(MINE.replace("super().fit(X, y, sample_weight)", "super().fit(X * 1.0, y, sample_weight)"))
     again = sh(UNITS, work, env)
     assert trained(again) == {"LogReg": (YEARS, YEARS, 0), "MyEst": (YEARS, 0, YEARS)}

@@ -97,6 +97,16 @@ def stage_params(path: Path):
 
 
 @app.command()
+def code(out: Path = typer.Option(Path("outputs/code"))) -> None:
+    """Digest each stage's code (comments, docstrings and log lines aside): the first stage; each
+    other stage depends on its own digest, so `dvc repro` reruns a stage when its code changed."""
+    from driftmatrix.stages import code as stage
+
+    digests = stage.run(".", out)
+    typer.echo(f"code digests of {len(digests)} stages ({len(set().union(*map(set, digests.values())))} files) -> {out}")
+
+
+@app.command()
 def ingest(params: Path = PARAMS_OPT, strict: bool = typer.Option(False, help="Any dropped record is an error."),
            out: Path = typer.Option(Path("outputs/ingested")),
            option: list[str] = typer.Option([], "--option", "-o", help="Reader option key=value (YAML value), "

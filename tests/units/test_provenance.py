@@ -1,4 +1,4 @@
-"""Keys cover code and environment (driftmatrix.units.code); dvc.yaml declares the same code."""
+"""Keys cover code and environment (driftmatrix.units.code); the stages of dvc.yaml depend on the same code."""
 
 from __future__ import annotations
 
@@ -72,6 +72,19 @@ def _stage_deps(stage: str) -> list[str]:
     return [d if isinstance(d, str) else next(iter(d)) for d in deps]
 
 
+def test_every_stage_depends_on_its_code_digest_and_names_no_source_file():
+    """Each stage of dvc.yaml (but the code stage) has its STAGE_CODE entry and one code dep, its
+    digest: a source file listed beside it would be in dvc.lock again (DVC rewrites the lock after
+    every stage)."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    assert set(stages) - {"code"} == set(provenance.STAGE_CODE)
+    for stage in provenance.STAGE_CODE:
+        deps = _stage_deps(stage)
+        assert f"outputs/code/{stage}.json" in deps, stage
+        assert not [d for d in deps if d.startswith("src/")], stage
+    assert _stage_deps("code") == ["src/driftmatrix", "src/custom_models"]
+
+
 def _covered(path: str, deps: list[str]) -> bool:
     return any(path == d or path.startswith(d.rstrip("/") + "/") for d in deps)
 
@@ -89,7 +102,7 @@ KEYING = {"src/driftmatrix/units/plan.py", "src/driftmatrix/units/code.py", "src
 
 @pytest.mark.parametrize("stage", ["train", "evaluate", "matrices", "estimates", "importance", "saliency"])
 def test_the_code_deps_of_every_stage_that_keys_units_are_the_code_they_reach(stage):
-    """dvc.yaml's code deps of a stage that keys units (and cells) are exactly the files holding
+    """The code (STAGE_CODE) of a stage that keys units (and cells) is exactly the files holding
     code that some catalog model's units (and cells) reach: one missing would let DVC skip the
     stage while keys changed; one more would rerun it for nothing."""
     from driftmatrix.models.catalog import REGISTRY
@@ -101,11 +114,11 @@ def test_the_code_deps_of_every_stage_that_keys_units_are_the_code_they_reach(st
     keyed = {str(f.relative_to(REPO)) for f in provenance.code_files(seen)} | KEYING
     every = keyed | {str(f.relative_to(REPO)) for f in provenance.code_files(provenance.reach(provenance.SCORE_ROOTS)[0])}
     expected = every if stage in ("evaluate", "matrices", "estimates") else keyed  # they key cells too
-    assert _files(_stage_deps(stage)) & every == expected, f"dvc.yaml stage {stage}: code deps differ from reached code"
+    assert _files(provenance.STAGE_CODE[stage]) & every == expected, f"STAGE_CODE[{stage!r}] differs from reached code"
 
 
 def test_the_check_itself_fails_on_a_missing_module():
-    deps = [d for d in _stage_deps("train") if d != "src/driftmatrix/learn/optim.py"]
+    deps = [d for d in provenance.STAGE_CODE["train"] if d != "src/driftmatrix/learn/optim.py"]
     assert not _covered("src/driftmatrix/learn/optim.py", deps)
 
 

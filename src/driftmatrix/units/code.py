@@ -33,6 +33,41 @@ KEYED_BY_VALUE = ("driftmatrix.units.plan.model_plan", "driftmatrix.config.effec
                   "driftmatrix.models.catalog.get")
 #: Tables from a Builder's class name to the class: a model's code holds its own entry only.
 DISPATCH = ("driftmatrix.models.image.CLASSES", "driftmatrix.models.text.CLASSES")
+#: The code each stage of dvc.yaml runs, as project paths (a folder: every file in it). The code stage
+#: (stages/code.py) digests them per stage, and each stage depends on its digest alone: dvc.lock lists
+#: one file a stage instead of each of these (DVC rewrites the whole lock after every stage). For the
+#: stages that key units and cells, tests/units/test_provenance.py checks these against :func:`reach`.
+_SETTINGS = ("src/driftmatrix/config.py", "src/driftmatrix/data/slicing.py", "src/driftmatrix/data/table.py",
+             "src/driftmatrix/errors.py", "src/driftmatrix/features")
+_KEYING = ("src/driftmatrix/models", "src/driftmatrix/units/code.py", "src/driftmatrix/units/environment.py",
+           "src/driftmatrix/units/experiment.py", "src/driftmatrix/units/plan.py", "src/driftmatrix/units/store.py")
+#: what a unit's training reaches, and a cell's scoring (all of learn/: the metrics)
+UNIT_CODE = (*_SETTINGS, "src/driftmatrix/learn/fit.py", "src/driftmatrix/learn/optim.py",
+             "src/driftmatrix/learn/precision.py", "src/driftmatrix/learn/tasks.py", *_KEYING)
+CELL_CODE = (*_SETTINGS, "src/driftmatrix/learn", *_KEYING)
+STAGE_CODE: dict[str, tuple[str, ...]] = {
+    "ingest": ("src/driftmatrix/data",),
+    "slice": ("src/driftmatrix/data/slicing.py",),
+    "validate": ("src/driftmatrix/audit/validation.py", "src/driftmatrix/audit/gate.py",
+                 "src/driftmatrix/audit/slices.py"),
+    "audit": ("src/driftmatrix/audit",),
+    "embed": ("src/driftmatrix/features",),
+    "train": (*UNIT_CODE, "src/driftmatrix/stages/train.py", "src/custom_models"),  # your estimators: keyed by their code
+    "evaluate": (*CELL_CODE, "src/driftmatrix/tracking/pyfunc.py", "src/driftmatrix/tracking/pyfunc_model.py",
+                 "src/driftmatrix/stages/evaluate.py"),  # each run's model, an MLflow pyfunc (keys nothing)
+    "matrices": (*CELL_CODE, "src/driftmatrix/stages/matrices.py", "src/driftmatrix/analysis",
+                 "src/driftmatrix/reporting/text.py", "src/driftmatrix/reporting/dvcfiles.py"),
+    "estimates": (*CELL_CODE, "src/driftmatrix/estimate", "src/driftmatrix/audit/drift.py",  # IW-inputs' image features
+                  "src/driftmatrix/stages/estimates.py"),
+    "policy": ("src/driftmatrix/stages/policy.py", "src/driftmatrix/analysis", "src/driftmatrix/reporting/figures.py"),
+    "importance": (*UNIT_CODE, "src/driftmatrix/explain/importance.py"),
+    "saliency": (*UNIT_CODE, "src/driftmatrix/explain", "src/driftmatrix/stages/saliency.py"),
+    "report": ("src/driftmatrix/stages/saliency.py", "src/driftmatrix/stages/policy.py",  # saliency: log_folder; the
+               "src/driftmatrix/stages/audit.py", "src/driftmatrix/stages/estimates.py",  # others: their MLflow runs
+               "src/driftmatrix/stages/report.py", "src/driftmatrix/reporting", "src/driftmatrix/audit/drift.py",
+               "src/driftmatrix/audit/figures.py", "src/driftmatrix/tracking/registry.py",  # versions, aliases
+               "src/driftmatrix/analysis/advisor.py"),
+}
 #: Calls that only report (log lines, warnings): a statement that is one is in no digest.
 _LEVELS = ("debug", "info", "warning", "error", "exception", "critical", "log")
 REPORTS = {"log": _LEVELS, "logger": _LEVELS, "logging": _LEVELS, "warnings": ("warn",)}
@@ -297,15 +332,29 @@ def code_files(seen: Mapping[tuple[str, str], str]) -> set[Path]:
 
 def undeclared(estimator: str, stage: str = "train", dvc_file: Path = Path("dvc.yaml")) -> list[str]:
     """Files of this project (the current folder) holding code that a named estimator reaches and
-    that ``dvc_file``'s ``stage`` does not depend on: DVC would skip the stage when they change."""
+    that ``stage`` depends on neither through its code (:data:`STAGE_CODE`) nor in ``dvc_file``:
+    DVC would skip the stage when they change."""
     if not (estimator and (_resolve(estimator) or ("", ""))[1] and dvc_file.exists()):
         return []
     import yaml
 
     spec = yaml.safe_load(dvc_file.read_text())["stages"][stage]
-    deps = [Path(d if isinstance(d, str) else next(iter(d))) for d in (spec.get("do") or spec).get("deps", [])]
+    listed = [d if isinstance(d, str) else next(iter(d)) for d in (spec.get("do") or spec).get("deps", [])]
+    deps = [Path(d) for d in (*listed, *STAGE_CODE.get(stage, ()))]
     here = Path.cwd().resolve()
     files = [f.relative_to(here) for f in code_files(reach([estimator])[0]) if f.is_relative_to(here)]
     return sorted(str(f) for f in files if not any(d == f or d in f.parents for d in deps))
 
 
+
+
+def source_digest(source: str, filename: str = "<source>") -> str:
+    """sha256 of a module's syntax tree without docstrings and statements that only report: what
+    :data:`STAGE_CODE`'s digests are made of (comments and formatting are in no syntax tree)."""
+    tree = ast.parse(source, filename=filename)
+    for node in ast.walk(tree):
+        for fld in ("body", "orelse", "finalbody"):
+            body = getattr(node, fld, None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                setattr(node, fld, [s for s in body if not _only_reports(s)] or [ast.Pass()])
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
