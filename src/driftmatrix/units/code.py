@@ -41,7 +41,7 @@ _SETTINGS = ("src/driftmatrix/config.py", "src/driftmatrix/data/slicing.py", "sr
              "src/driftmatrix/errors.py", "src/driftmatrix/features")
 _KEYING = ("src/driftmatrix/models", "src/driftmatrix/units/code.py", "src/driftmatrix/units/environment.py",
            "src/driftmatrix/units/experiment.py", "src/driftmatrix/units/plan.py", "src/driftmatrix/units/store.py")
-#: what a unit's training reaches, and a cell's scoring (all of learn/: the metrics)
+#: the files holding what a unit's training reaches (UNIT_CODE) and a cell's scoring (CELL_CODE: all of learn/)
 UNIT_CODE = (*_SETTINGS, "src/driftmatrix/learn/fit.py", "src/driftmatrix/learn/optim.py",
              "src/driftmatrix/learn/precision.py", "src/driftmatrix/learn/tasks.py", *_KEYING)
 CELL_CODE = (*_SETTINGS, "src/driftmatrix/learn", *_KEYING)
@@ -344,8 +344,6 @@ def undeclared(estimator: str, stage: str = "train", dvc_file: Path = Path("dvc.
     here = Path.cwd().resolve()
     files = [f.relative_to(here) for f in code_files(reach([estimator])[0]) if f.is_relative_to(here)]
     return sorted(str(f) for f in files if not any(d == f or d in f.parents for d in deps))
-
-
 
 
 def source_digest(source: str, filename: str = "<source>") -> str:
