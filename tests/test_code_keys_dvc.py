@@ -139,8 +139,8 @@ def test_comments_and_docstrings_retrain_nothing_a_statement_retrains_its_units(
     # they find every unit done and every cell scored
     catalog = work / "src" / "driftmatrix" / "models" / "catalog.py"
     edit(catalog, '    "CNN-L":', '    "CNN-XS": ("CNN", "CNN", {"channels": (8, 16)}),\n    "CNN-L":')
-    cosmetic = sh(UNITS, work, env)
-    settled(cosmetic, MODELS)
+    variant = sh(UNITS, work, env)
+    settled(variant, MODELS)
     assert {m: unit_folders(work, m) for m in MODELS} == before  # same keys, same bytes
 
     # a statement in CNN's class: CNN-S's units, not MLP-S's (same module) nor Prior's

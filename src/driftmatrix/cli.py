@@ -103,7 +103,8 @@ def code(out: Path = typer.Option(Path("outputs/code"))) -> None:
     from driftmatrix.stages import code as stage
 
     digests = stage.run(".", out)
-    typer.echo(f"code digests of {len(digests)} stages ({len(set().union(*map(set, digests.values())))} files) -> {out}")
+    files = {f for stage_files in digests.values() for f in stage_files}
+    typer.echo(f"code digests of {len(digests)} stages ({len(files)} files) -> {out}")
 
 
 @app.command()

@@ -108,6 +108,18 @@ def _only_reports(stmt: ast.stmt) -> bool:
         and isinstance(func.value, ast.Name) and func.attr in REPORTS.get(func.value.id, ())
 
 
+def source_digest(source: str, filename: str = "<source>") -> str:
+    """sha256 of a module's syntax tree without docstrings and statements that only report: what
+    :data:`STAGE_CODE`'s digests are made of (comments and formatting are in no syntax tree)."""
+    tree = ast.parse(source, filename=filename)
+    for node in ast.walk(tree):
+        for fld in ("body", "orelse", "finalbody"):
+            body = getattr(node, fld, None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                setattr(node, fld, [s for s in body if not _only_reports(s)] or [ast.Pass()])
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
 def _defs(body: list[ast.stmt]) -> dict[str, list[ast.stmt]]:
     """name -> the module- or class-level statements that define it (def, class, assignment)."""
     out: dict[str, list[ast.stmt]] = {}
@@ -344,15 +356,3 @@ def undeclared(estimator: str, stage: str = "train", dvc_file: Path = Path("dvc.
     here = Path.cwd().resolve()
     files = [f.relative_to(here) for f in code_files(reach([estimator])[0]) if f.is_relative_to(here)]
     return sorted(str(f) for f in files if not any(d == f or d in f.parents for d in deps))
-
-
-def source_digest(source: str, filename: str = "<source>") -> str:
-    """sha256 of a module's syntax tree without docstrings and statements that only report: what
-    :data:`STAGE_CODE`'s digests are made of (comments and formatting are in no syntax tree)."""
-    tree = ast.parse(source, filename=filename)
-    for node in ast.walk(tree):
-        for fld in ("body", "orelse", "finalbody"):
-            body = getattr(node, fld, None)
-            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
-                setattr(node, fld, [s for s in body if not _only_reports(s)] or [ast.Pass()])
-    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()
