@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -276,6 +277,12 @@ def load_params(path: str | Path = PARAMS_FILE, estimators: bool = True) -> Para
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping of sections (dataset:, train:, ...), got {type(raw).__name__}")
     return parse_params(raw, str(path), estimators)
+
+
+def user_cache_dir() -> Path:
+    """This machine's driftmatrix cache (``$XDG_CACHE_HOME/driftmatrix``, else ``~/.cache/driftmatrix``):
+    what it holds is reused only while what made it is unchanged, so deleting it only costs time."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "driftmatrix"
 
 
 def fingerprint(*parts: Any) -> str:

@@ -15,13 +15,7 @@ from driftmatrix.models.catalog import REGISTRY
 SRC = provenance.PACKAGE_DIR
 
 
-CACHES = (provenance._project_root, provenance._module, provenance._resolve, provenance._mro, provenance._symbol,
-          provenance.code_key)
-
-
-def forget() -> None:
-    for cached in CACHES:
-        cached.cache_clear()
+forget = provenance.forget
 
 
 def insert_statement(path: Path, qualname: str, statement: str) -> None:

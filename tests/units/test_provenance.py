@@ -18,10 +18,7 @@ from driftmatrix.units.environment import Environment
 REPO = Path(__file__).resolve().parents[2]
 
 
-def forget() -> None:
-    for cached in (provenance._project_root, provenance._module, provenance._resolve, provenance._mro,
-                   provenance._symbol, provenance.code_key):
-        cached.cache_clear()
+forget = provenance.forget
 
 
 @pytest.fixture
@@ -31,6 +28,7 @@ def fake_package(tmp_path, monkeypatch):
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     monkeypatch.setattr(provenance, "PACKAGE_DIR", pkg)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # its keys kept apart from the real ones
     forget()
     yield pkg
     forget()
@@ -48,6 +46,48 @@ def test_comments_and_docstrings_change_no_digest_but_a_statement_does(fake_pack
     assert _digest(fake_package, 'def f(x):\n\n\n    return (x +\n            1)\n') == base
     assert _digest(fake_package, 'def f(x):\n    return x + 2\n') != base
     assert _digest(fake_package, 'def f(y):\n    return y + 1\n') != base
+
+
+def _kept_key(pkg: Path, monkeypatch) -> tuple[str, bool]:
+    """The code key of driftmatrix.m.f in a fresh process's state, and whether it came from the cache."""
+    forget()
+    computed = []
+    real = provenance.reach
+    monkeypatch.setattr(provenance, "reach", lambda *a: computed.append(a) or real(*a))
+    return provenance.code_key(("driftmatrix.m.f",)), not computed
+
+
+def test_a_kept_code_key_is_used_only_while_every_file_that_made_it_is_unchanged(fake_package, monkeypatch):
+    (fake_package / "m.py").write_text("from driftmatrix.h import g\n\ndef f(x):\n    return g(x)\n")
+    (fake_package / "h.py").write_text("def g(x):\n    return x + 1\n")
+    first, kept = _kept_key(fake_package, monkeypatch)
+    assert not kept and len(list((fake_package.parent / "cache" / "driftmatrix" / "code-keys").glob("*.json"))) == 1
+    assert _kept_key(fake_package, monkeypatch) == (first, True)  # the next process digests nothing
+    (fake_package / "h.py").write_text("def g(x):\n    return x + 2\n")  # a file the key reached, edited
+    second, kept = _kept_key(fake_package, monkeypatch)
+    assert not kept and second != first
+    (fake_package / "h.py").write_text("# a comment\ndef g(x):\n    return x + 2\n")  # other bytes: digested again,
+    assert _kept_key(fake_package, monkeypatch) == (second, False)  # the same key
+    (fake_package / "h").mkdir()  # a package now shadows the module: the name means another file
+    (fake_package / "h" / "__init__.py").write_text("def g(x):\n    return x + 2\n")
+    third, kept = _kept_key(fake_package, monkeypatch)
+    assert not kept and third == second  # the same definition (keys name definitions, not files)
+    (fake_package / "h" / "__init__.py").write_text("def g(x):\n    return x * 2\n")
+    assert _kept_key(fake_package, monkeypatch)[0] not in (first, second)
+    monkeypatch.setenv("DRIFTMATRIX_CODE_CACHE", "off")
+    (fake_package / "h" / "__init__.py").write_text("def g(x):\n    return x + 2\n")
+    assert _kept_key(fake_package, monkeypatch) == (second, False)
+
+
+def test_a_broken_or_unwritable_code_key_cache_only_costs_the_digest(fake_package, monkeypatch):
+    (fake_package / "m.py").write_text("def f(x):\n    return x\n")
+    first, _ = _kept_key(fake_package, monkeypatch)
+    [kept] = (fake_package.parent / "cache" / "driftmatrix" / "code-keys").glob("*.json")
+    kept.write_text('{"key": ')
+    assert _kept_key(fake_package, monkeypatch) == (first, False)
+    assert _kept_key(fake_package, monkeypatch) == (first, True)  # written again
+    monkeypatch.setenv("XDG_CACHE_HOME", str(kept))  # a file where the cache's folder would be
+    assert _kept_key(fake_package, monkeypatch) == (first, False)
 
 
 def _modules(roots) -> set[str]:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 from urllib.parse import urlparse
 
-from driftmatrix.config import TrackingConfig
+from driftmatrix.config import TrackingConfig, user_cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def schema_template() -> Path | None:
     (a new store otherwise replays every schema migration, about 2 s); None if it cannot be made."""
     import mlflow
 
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "driftmatrix"
+    cache = user_cache_dir()
     path = cache / f"mlflow-{mlflow.__version__}-schema.db"
     if path.is_file():
         return path

@@ -11,9 +11,11 @@ run, not its key (oneDNN picks kernels per instruction set)."""
 from __future__ import annotations
 
 import ast
+import contextlib
 import functools
 import hashlib
 import json
+import os
 import sys
 import sysconfig
 from pathlib import Path
@@ -78,10 +80,21 @@ _LIBRARY_DIRS = tuple({Path(p).resolve() for k, p in sysconfig.get_paths().items
                        if k in ("stdlib", "platstdlib", "purelib", "platlib")})
 
 
+#: What this process's digests were made of, for :func:`code_key`'s cache: each top-level name's
+#: project root, each module name's file (None: a library's or none), each parsed file's sha256.
+_READ: dict[str, dict[str, str | None]] = {"roots": {}, "paths": {}, "texts": {}}
+
+
 @functools.lru_cache(maxsize=None)
 def _project_root(top: str) -> Path | None:
     """The folder holding top-level package ``top`` when it is project code: this package, or one
     on sys.path outside the installed libraries (stdlib, site-packages). Found without importing."""
+    root = _find_root(top)
+    _READ["roots"][top] = root and str(root)
+    return root
+
+
+def _find_root(top: str) -> Path | None:
     if top == "driftmatrix":
         return PACKAGE_DIR.parent
     for entry in sys.path if top else []:
@@ -94,8 +107,10 @@ def _project_root(top: str) -> Path | None:
 def module_path(name: str) -> Path | None:
     """Source file of project module ``name``; None for a library's module or a missing one."""
     root = _project_root(name.split(".")[0])
-    rel = root / Path(*name.split(".")) if root else None
-    return next((p for p in (rel / "__init__.py", rel.with_suffix(".py")) if p.is_file()), None) if rel else None
+    rel = os.path.join(root, *name.split(".")) if root else None  # os.path: a cached key checks some 300 names
+    path = next((p for p in (os.path.join(rel, "__init__.py"), f"{rel}.py") if os.path.isfile(p)), None) if rel else None
+    _READ["paths"][name] = path
+    return Path(path) if path else None
 
 
 def _only_reports(stmt: ast.stmt) -> bool:
@@ -136,7 +151,9 @@ class _Module:
     """A parsed module without docstrings, reporting statements or imports, with its definitions and binds."""
 
     def __init__(self, name: str, path: Path):
-        tree = ast.parse(path.read_text(), filename=str(path))
+        source = path.read_bytes()
+        _READ["texts"][str(path)] = hashlib.sha256(source).hexdigest()
+        tree = ast.parse(source, filename=str(path))
         self.name, self.binds, self.imports = name, {}, set()
         self.package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         tree.body = self._clean(tree.body, self.binds)
@@ -320,9 +337,87 @@ def reach(roots: Iterable[str], entry: str = "") -> tuple[dict[tuple[str, str], 
 @functools.lru_cache(maxsize=None)
 def code_key(roots: tuple[str, ...], entry: str = "") -> str:
     """One digest of the code ``roots`` reach, each definition by name (moved unchanged, it keeps the key)."""
+    cache = _key_file(roots, entry)
+    if (key := _cached_key(cache)) is not None:
+        return key
     seen, libs = reach(roots, entry)
     lines = sorted(f"{name} {sha}" for (_, name), sha in seen.items() if sha) + sorted(libs)
-    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+    key = hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+    _store_key(cache, key)
+    return key
+
+
+# --- code keys kept between processes --------------------------------------------------------------
+# Parsing and digesting the reached code takes 0.15-0.3 s, in every process that plans (each stage
+# and each of its workers). A key is kept with everything its process had read when it was made
+# (_READ: a superset of what made it) and used again only while each of those reads gives the same
+# answer: the same project roots, the same file for each module name, the same bytes in each file.
+
+
+def forget() -> None:
+    """Drop what this process has parsed, digested and read (code edited while it runs)."""
+    for cached in (_project_root, _module, _resolve, _mro, _symbol, code_key):
+        cached.cache_clear()
+    for reads in _READ.values():
+        reads.clear()
+
+
+def _key_file(roots: tuple[str, ...], entry: str) -> Path | None:
+    """Where ``code_key(roots, entry)`` of this checkout is kept (None: the cache is off)."""
+    from driftmatrix.config import user_cache_dir
+
+    if os.environ.get("DRIFTMATRIX_CODE_CACHE") == "off":
+        return None
+    what = [sys.version, hashlib.sha256(Path(__file__).read_bytes()).hexdigest(), str(PACKAGE_DIR), list(roots),
+            entry, list(KEYED_BY_VALUE), list(DISPATCH)]
+    name = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:32]
+    return user_cache_dir() / "code-keys" / f"{name}.json"
+
+
+def _file_sha(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def _cached_key(cache: Path | None) -> str | None:
+    """The kept key, if every read it was made of answers the same now."""
+    try:
+        kept = json.loads(cache.read_text()) if cache else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(kept, dict) or not isinstance(kept.get("key"), str):
+        return None
+    reads = kept.get("reads", {})
+    roots, paths, texts = (reads.get(k, {}) for k in ("roots", "paths", "texts"))
+    same = all(str(_project_root(t) or "") == (r or "") for t, r in roots.items()) \
+        and all(str(module_path(n) or "") == (p or "") for n, p in paths.items()) \
+        and all(_file_sha(f) == sha for f, sha in texts.items())
+    return kept["key"] if same else None
+
+
+#: Kept keys beyond this many: the least recently written go (scratch copies of the code each add theirs).
+KEPT_KEYS = 256
+
+
+def _store_key(cache: Path | None, key: str) -> None:
+    """Keep ``key`` with this process's reads; a cache that cannot be written is skipped."""
+    if cache is None:
+        return
+    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        paths = {n: p for n, p in _READ["paths"].items() if _READ["roots"].get(n.split(".")[0])}  # a library's: None
+        tmp.write_text(json.dumps({"key": key, "reads": {**_READ, "paths": paths}}))
+        tmp.replace(cache)
+        kept = list(cache.parent.glob("*.json"))
+        if len(kept) > KEPT_KEYS:
+            for old in sorted(kept, key=lambda f: f.stat().st_mtime)[:len(kept) - KEPT_KEYS // 2]:
+                old.unlink(missing_ok=True)
+    except OSError:
+        with contextlib.suppress(OSError):  # also where no folder could be made
+            tmp.unlink()
 
 
 def model_roots(build, estimator: str = "") -> tuple[str, ...]:
