@@ -84,3 +84,20 @@ def test_a_missing_entry_and_a_file_that_is_no_python_are_one_line_errors(tmp_pa
     (tmp_path / "src" / "pkg" / "a.py").write_text("def f(:\n")
     with pytest.raises(ConfigError, match=r"a\.py: not valid Python"):
         stage.stage_digests(tmp_path, table)
+
+
+def test_a_python_file_digested_before_is_not_parsed_again_and_a_broken_cache_only_costs_time(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    table = _project(tmp_path)
+    first = stage.stage_digests(tmp_path, table)
+    parsed = []
+    monkeypatch.setattr(stage, "source_digest", lambda text, name: parsed.append(Path(name).name) or source_digest(text))
+    assert stage.stage_digests(tmp_path, table) == first and parsed == []  # kept by their bytes
+    (tmp_path / "src" / "pkg" / "sub" / "b.py").write_text("B = 2\n")
+    second = stage.stage_digests(tmp_path, table)
+    assert parsed == ["b.py"] and second["one"] == first["one"] and second["both"] != first["both"]
+    [kept] = (tmp_path / "cache" / "driftmatrix" / "source-digests").iterdir()
+    kept.write_text("[not json")
+    assert stage.stage_digests(tmp_path, table) == second and sorted(parsed) == ["a.py", "b.py", "b.py"]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(kept))  # a file where the cache's folder would be
+    assert stage.stage_digests(tmp_path, table) == second
