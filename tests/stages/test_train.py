@@ -101,6 +101,33 @@ def test_stages_with_nothing_to_do_ask_no_torch_and_start_no_workers(tiny_run, m
         recorded.write_bytes(before)
 
 
+def test_evaluate_starts_its_workers_before_planning_when_a_trained_unit_was_never_scored(
+        tiny_run, tmp_path, monkeypatch, mlflow_store):
+    """A checkpoint without a score doc is work for sure: the worker server's imports (torch, most
+    of a worker's start) run while the stage plans, and the cells come out the same."""
+    import dataclasses
+    import json
+    import shutil
+
+    from driftmatrix.stages import evaluate, train
+    from driftmatrix.units import plan as plans
+
+    params, paths = tiny_run.params, tiny_run.paths
+    shutil.copytree(paths.checkpoints / "MLP-S", tmp_path / "checkpoints" / "MLP-S")
+    params = dataclasses.replace(params, tracking=dataclasses.replace(
+        params.tracking, uri=mlflow_store, artifact_root=str(tmp_path / "mlruns"), log_models=False, register=False))
+    calls = []
+    monkeypatch.setattr(train, "start_workers", lambda *a, **k: calls.append("workers") or False)  # scored here
+    real = plans.model_plan
+    monkeypatch.setattr(plans, "model_plan", lambda *a, **k: calls.append("plan") or real(*a, **k))
+    written = evaluate.run(params, "MLP-S", paths.slices, tmp_path / "checkpoints", tmp_path / "scores", paths.features)
+    assert calls[:2] == ["workers", "plan"] and len(written) == len(list((paths.scores / "MLP-S").glob("*.json"))) - 1
+    for doc in (paths.scores / "MLP-S").glob("*.json"):
+        if doc.name != "environment.json":
+            ours = json.loads((tmp_path / "scores" / "MLP-S" / doc.name).read_text())["cells"]
+            assert {k: c["value"] for k, c in ours.items()} == {k: c["value"] for k, c in json.loads(doc.read_text())["cells"].items()}
+
+
 def test_the_environment_probe_covers_what_the_resolution_reads(tmp_path, monkeypatch):
     from driftmatrix.units import environment
 

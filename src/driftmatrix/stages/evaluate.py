@@ -36,9 +36,11 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     # before any training: this machine's environment, so that the error below counts what is missing
     env = recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True)
     mlflow_ready = configure_in_background(params.tracking)
+    ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(out_dir, model)
+    if env.device == "cpu" and set(ckpts.keys()) - set(scores.keys()):  # a trained unit never scored: work for
+        start_workers(params, model, (*WORKER_MODULES, __name__))  # sure, so the workers' imports start now
     manifest = read_manifest(slices_dir)  # the plan needs no rows yet
     plan, hashes = model_plan(params, model, manifest, env), slice_hashes(manifest)
-    ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(out_dir, model)
     untrained = [u for u in plan.units if not ckpts.done(u.key)]
     if untrained:
         raise DataError(f"{ckpts.dir}: {len(untrained)} of {len(plan.units)} units of {model} have no "
