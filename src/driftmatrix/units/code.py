@@ -97,11 +97,17 @@ def _project_root(top: str) -> Path | None:
 def _find_root(top: str) -> Path | None:
     if top == "driftmatrix":
         return PACKAGE_DIR.parent
-    for entry in sys.path if top else []:
-        root = Path(entry or ".").resolve()
-        if (root / top).is_dir() or (root / f"{top}.py").is_file():
-            return None if any(root.is_relative_to(lib) for lib in _LIBRARY_DIRS) else root
+    for root, library in _search_path(tuple(sys.path)) if top else []:
+        if os.path.isdir(os.path.join(root, top)) or os.path.isfile(os.path.join(root, f"{top}.py")):
+            return None if library else Path(root)
     return None
+
+
+@functools.lru_cache(maxsize=4)
+def _search_path(entries: tuple[str, ...]) -> tuple[tuple[str, bool], ...]:
+    """``sys.path`` resolved once: (folder, whether it is an installed library's)."""
+    roots = [Path(entry or ".").resolve() for entry in entries]
+    return tuple((str(root), any(root.is_relative_to(lib) for lib in _LIBRARY_DIRS)) for root in roots)
 
 
 def module_path(name: str) -> Path | None:
