@@ -45,7 +45,7 @@ def file_digests(files: Iterable[Path]) -> dict[Path, str]:
         known = json.loads(cache.read_text())
     except (OSError, ValueError):
         known = {}
-    known = known if isinstance(known, dict) else {}
+    known = {k: v for k, v in known.items() if isinstance(v, str)} if isinstance(known, dict) else {}
     digests, new = {}, {}
     for path in files:
         data = path.read_bytes()

@@ -37,8 +37,9 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     env = recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True)
     mlflow_ready = configure_in_background(params.tracking)
     ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(out_dir, model)
-    if env.device == "cpu" and set(ckpts.keys()) - set(scores.keys()):  # a trained unit never scored: work for
-        start_workers(params, model, (*WORKER_MODULES, __name__))  # sure, so the workers' imports start now
+    # a trained unit that was never scored means cells to score: the worker server's imports start now
+    if env.device == "cpu" and set(ckpts.keys()) - set(scores.keys()):
+        start_workers(params, model, (*WORKER_MODULES, __name__))
     manifest = read_manifest(slices_dir)  # the plan needs no rows yet
     plan, hashes = model_plan(params, model, manifest, env), slice_hashes(manifest)
     untrained = [u for u in plan.units if not ckpts.done(u.key)]

@@ -393,7 +393,7 @@ def _cached_key(cache: Path | None) -> str | None:
         kept = json.loads(cache.read_text()) if cache else None
     except (OSError, ValueError):
         return None
-    if not isinstance(kept, dict) or not isinstance(kept.get("key"), str):
+    if not isinstance(kept, dict) or not isinstance(kept.get("key"), str) or len(kept["key"]) != 16:
         return None
     reads = kept.get("reads", {})
     roots, paths, texts = (reads.get(k, {}) for k in ("roots", "paths", "texts"))
