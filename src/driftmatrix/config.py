@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -283,6 +284,21 @@ def user_cache_dir() -> Path:
     """This machine's driftmatrix cache (``$XDG_CACHE_HOME/driftmatrix``, else ``~/.cache/driftmatrix``):
     what it holds is reused only while what made it is unchanged, so deleting it only costs time."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "driftmatrix"
+
+
+def keep_in_cache(path: Path, obj: Any) -> bool:
+    """Write ``obj`` as JSON to ``path`` (under :func:`user_cache_dir`) atomically; False where the
+    cache cannot be written, which only costs the work again next time."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(obj))
+        tmp.replace(path)
+        return True
+    except OSError:
+        with contextlib.suppress(OSError):  # also where no folder could be made
+            tmp.unlink()
+        return False
 
 
 def fingerprint(*parts: Any) -> str:

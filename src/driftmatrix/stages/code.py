@@ -6,18 +6,15 @@ with a pure-Python YAML round trip after every stage it runs, so its size costs 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Iterable
 
-from driftmatrix.config import user_cache_dir
+from driftmatrix.config import keep_in_cache, user_cache_dir
 from driftmatrix.errors import ConfigError
-from driftmatrix.units import code as code_rules
-from driftmatrix.units.code import STAGE_CODE, source_digest
+from driftmatrix.units.code import STAGE_CODE, rules_version, source_digest
+from driftmatrix.units.store import read_json
 
 #: Python files' digests kept in the machine's cache, by the sha256 of their bytes: at most this many.
 KEPT_DIGESTS = 4096
@@ -30,21 +27,14 @@ def _python_digest(path: Path, data: bytes) -> str:
         raise ConfigError(f"{path}: not valid Python ({e}); the code stage digests it for the stages that run it") from None
 
 
-def _kept_digests_file() -> Path:
-    """One file per version of the digest (Python's syntax trees, units/code.py's rules)."""
-    version = hashlib.sha256(sys.version.encode() + Path(code_rules.__file__).read_bytes()).hexdigest()[:16]
-    return user_cache_dir() / "source-digests" / f"{version}.json"
 
 
 def file_digests(files: Iterable[Path]) -> dict[Path, str]:
     """Each Python file's :func:`source_digest`, any other file's sha256. A Python file whose bytes
     were digested before (in any checkout) is not parsed again: the machine's cache keeps digests by
     the sha256 of the bytes (parsing the whole package takes about 0.6 s)."""
-    cache = _kept_digests_file()
-    try:
-        known = json.loads(cache.read_text())
-    except (OSError, ValueError):
-        known = {}
+    cache = user_cache_dir() / "source-digests" / f"{rules_version()}.json"
+    known = read_json(cache)
     known = {k: v for k, v in known.items() if isinstance(v, str)} if isinstance(known, dict) else {}
     digests, new = {}, {}
     for path in files:
@@ -54,15 +44,7 @@ def file_digests(files: Iterable[Path]) -> dict[Path, str]:
             new[raw] = _python_digest(path, data)
         digests[path] = raw if path.suffix != ".py" else known.get(raw) or new[raw]
     if new:
-        kept = list({**known, **new}.items())[-KEPT_DIGESTS:]
-        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-        try:  # an unwritable cache only costs the parsing next time
-            cache.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_text(json.dumps(dict(kept)))
-            tmp.replace(cache)
-        except OSError:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
+        keep_in_cache(cache, dict(list({**known, **new}.items())[-KEPT_DIGESTS:]))
     return digests
 
 

@@ -368,14 +368,20 @@ def forget() -> None:
         reads.clear()
 
 
+@functools.lru_cache(maxsize=1)
+def rules_version() -> str:
+    """Python's version (its syntax trees) and this module's bytes (the digests' rules): what a kept
+    code key or file digest was made under."""
+    return hashlib.sha256(sys.version.encode() + Path(__file__).read_bytes()).hexdigest()[:16]
+
+
 def _key_file(roots: tuple[str, ...], entry: str) -> Path | None:
     """Where ``code_key(roots, entry)`` of this checkout is kept (None: the cache is off)."""
     from driftmatrix.config import user_cache_dir
 
     if os.environ.get("DRIFTMATRIX_CODE_CACHE") == "off":
         return None
-    what = [sys.version, hashlib.sha256(Path(__file__).read_bytes()).hexdigest(), str(PACKAGE_DIR), list(roots),
-            entry, list(KEYED_BY_VALUE), list(DISPATCH)]
+    what = [rules_version(), str(PACKAGE_DIR), list(roots), entry, list(KEYED_BY_VALUE), list(DISPATCH)]
     name = hashlib.sha256(json.dumps(what).encode()).hexdigest()[:32]
     return user_cache_dir() / "code-keys" / f"{name}.json"
 
@@ -389,10 +395,9 @@ def _file_sha(path: str) -> str | None:
 
 def _cached_key(cache: Path | None) -> str | None:
     """The kept key, if every read it was made of answers the same now."""
-    try:
-        kept = json.loads(cache.read_text()) if cache else None
-    except (OSError, ValueError):
-        return None
+    from driftmatrix.units.store import read_json
+
+    kept = read_json(cache) if cache else None
     if not isinstance(kept, dict) or not isinstance(kept.get("key"), str) or len(kept["key"]) != 16:
         return None
     reads = kept.get("reads", {})
@@ -409,21 +414,15 @@ KEPT_KEYS = 256
 
 def _store_key(cache: Path | None, key: str) -> None:
     """Keep ``key`` with this process's reads; a cache that cannot be written is skipped."""
-    if cache is None:
+    from driftmatrix.config import keep_in_cache
+
+    paths = {n: p for n, p in _READ["paths"].items() if _READ["roots"].get(n.split(".")[0])}  # a library's: None
+    if cache is None or not keep_in_cache(cache, {"key": key, "reads": {**_READ, "paths": paths}}):
         return
-    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-    try:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        paths = {n: p for n, p in _READ["paths"].items() if _READ["roots"].get(n.split(".")[0])}  # a library's: None
-        tmp.write_text(json.dumps({"key": key, "reads": {**_READ, "paths": paths}}))
-        tmp.replace(cache)
-        kept = list(cache.parent.glob("*.json"))
-        if len(kept) > KEPT_KEYS:
-            for old in sorted(kept, key=lambda f: f.stat().st_mtime)[:len(kept) - KEPT_KEYS // 2]:
-                old.unlink(missing_ok=True)
-    except OSError:
-        with contextlib.suppress(OSError):  # also where no folder could be made
-            tmp.unlink()
+    with contextlib.suppress(OSError):  # another process may be pruning too
+        kept = sorted(cache.parent.glob("*.json"), key=lambda f: f.stat().st_mtime)
+        for old in kept[:len(kept) - KEPT_KEYS // 2] if len(kept) > KEPT_KEYS else []:
+            old.unlink(missing_ok=True)
 
 
 def model_roots(build, estimator: str = "") -> tuple[str, ...]:
