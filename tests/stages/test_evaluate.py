@@ -126,3 +126,50 @@ def test_weights_changed_since_training_are_refused_by_train_and_evaluate_naming
     weights.write_bytes(original)
     assert train.run(params, "Prior", tmp_path / "slices", ckpts) == []  # every unit done
     assert len(evaluation.run(params, "Prior", tmp_path / "slices", ckpts, scores)) == 8
+
+
+def test_nothing_to_score_skips_mlflow_while_its_store_agrees_and_a_deleted_run_is_restored(tiny_run, tmp_path):
+    """An evaluate stage process with every cell scored reads the sqlite store without importing
+    MLflow (its import is most of such a process) while the store holds each unit's run, row,
+    model, version and aliases; a run deleted meanwhile sends it through the MLflow sync, which
+    restores that run."""
+    import os
+    import subprocess
+    import sys
+
+    import mlflow
+    import yaml
+
+    from driftmatrix.config import to_raw
+
+    params, paths = tiny_run.params, tiny_run.paths
+    assert params.tracking.log_models and params.tracking.register
+    params_file = tmp_path / "params.yaml"
+    params_file.write_text(yaml.safe_dump(to_raw(params)))
+    script = ("import logging, sys\n"
+              "from driftmatrix.config import load_params\n"
+              "from driftmatrix.stages import evaluate\n"
+              "logging.basicConfig(level=logging.INFO)\n"
+              f"assert evaluate.run(load_params({str(params_file)!r}), 'MLP-S', {str(paths.slices)!r}, "
+              f"{str(paths.checkpoints)!r}, {str(paths.scores)!r}, {str(paths.features)!r}) == []\n"
+              "print(sorted(m for m in ('mlflow', 'sqlalchemy', 'torch') if m in sys.modules))\n")
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+
+    def evaluate() -> subprocess.CompletedProcess:
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done
+
+    done = evaluate()
+    assert done.stdout.split("\n")[0] == "[]", done.stdout
+    assert "MLP-S: the MLflow store already holds every unit's run, row and version" in done.stderr
+
+    client = mlflow.MlflowClient(tracking_uri=params.tracking.uri)
+    exp_id = client.get_experiment_by_name(params.tracking.experiment).experiment_id
+    run = client.search_runs([exp_id], "tags.kind = 'cutoff' and tags.model = 'MLP-S'", max_results=1)[0]
+    client.delete_run(run.info.run_id)  # as in the UI
+    done = evaluate()
+    assert done.stdout.split("\n")[0] == "['mlflow', 'sqlalchemy']", done.stdout
+    assert "mlflow MLP-S: 0 runs created, 1 restored, 0 superseded" in done.stderr
+    assert client.get_run(run.info.run_id).info.lifecycle_stage == "active"
+    assert "already holds" in evaluate().stderr

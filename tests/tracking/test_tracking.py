@@ -7,9 +7,9 @@ import pytest
 
 pytest.importorskip("mlflow")
 
-from driftmatrix.tracking import pyfunc as serving
 from driftmatrix.tracking import runs as tracking  # noqa: E402
 from driftmatrix.config import TrackingConfig  # noqa: E402
+from driftmatrix.models.spec import PYFUNC_FORMAT  # noqa: E402
 
 
 def _experiments(db):
@@ -298,7 +298,61 @@ def test_turning_log_models_on_logs_the_models_of_runs_made_without(mlflow_store
         folder = mlflow.artifacts.download_artifacts(f"models:/d.M@{tracking.alias_for(key[2:6], int(key[-1]))}",
                                                      dst_path=str(tmp_path / "dl" / key))
         assert (Path(folder) / "model.safetensors").read_bytes() == (folders[key] / "model.safetensors").read_bytes()
-        assert mlflow.MlflowClient().get_run(run_id).data.tags["model_logged"] == serving.MODEL_FORMAT
+        assert mlflow.MlflowClient().get_run(run_id).data.tags["model_logged"] == PYFUNC_FORMAT
+
+
+def test_the_sqlite_view_agrees_exactly_when_a_sync_would_write_nothing(mlflow_store, tmp_path, monkeypatch):
+    """``store_agrees`` (an evaluate stage with nothing to score skips MLflow when it holds) reads
+    the runs, versions and aliases MLflow's client reads; each thing a sync would write or delete
+    makes it disagree, and after that sync it agrees again with the same runs."""
+    import dataclasses
+
+    import mlflow
+    from mlflow.entities import ViewType
+
+    from driftmatrix.tracking import sqlite_view
+
+    records, folders = _units(tmp_path / "ckpt")
+    cfg = _cfg(tmp_path)
+    sync = lambda: tracking.sync_units(cfg, "d", "M", records, folders)  # noqa: E731
+    run_ids = sync()
+    agrees = lambda attached=run_ids, dataset="d", cfg=cfg: tracking.store_agrees(  # noqa: E731
+        cfg, dataset, "M", records, attached)
+    assert agrees()
+
+    client = mlflow.MlflowClient()
+    exp_id = client.get_experiment_by_name("sync").experiment_id
+    view = sqlite_view.read(mlflow_store, "sync", "M")
+    ours = {r.info.run_id: (r.info.status, r.info.lifecycle_stage, r.info.start_time, r.data.tags) for r in view.runs}
+    assert ours == {r.info.run_id: (r.info.status, r.info.lifecycle_stage, r.info.start_time, r.data.tags)
+                    for r in client.search_runs([exp_id], "tags.kind = 'cutoff'", run_view_type=ViewType.ALL)}
+    assert {(v.name, v.version, v.run_id, tuple(sorted(v.tags.items()))) for v in view.versions} == {
+        (v.name, str(v.version), v.run_id, tuple(sorted(v.tags.items())))
+        for v in client.search_model_versions("name LIKE '%.M'")}
+    assert view.registered == {"d.M"} and len(view.runs) == 4 and len(view.versions) == 4
+    assert view.aliases == {"d.M": {a: str(v) for a, v in client.get_registered_model("d.M").aliases.items()}}
+
+    assert not agrees(dataset="renamed")  # the runs' dataset tag would change
+    assert not agrees({**run_ids, "k-1950-0": "another-run"})  # a row attached to another run
+    assert not agrees(cfg=dataclasses.replace(cfg, experiment="other"))
+    first = next(iter(run_ids.values()))
+    for undo in (lambda: client.delete_registered_model_alias("d.M", "cutoff-1951"),
+                 lambda: client.delete_run(first),
+                 lambda: client.delete_model_version("d.M", "2"),
+                 lambda: client.set_tag(first, "model_logged", "false"),
+                 lambda: client.set_terminated(client.create_run(  # a duplicate of a unit's run
+                     exp_id, tags=client.get_run(first).data.tags).info.run_id)):
+        undo()
+        assert not agrees()
+        assert sync() == run_ids and agrees()
+    assert agrees(cfg=dataclasses.replace(cfg, register=False, log_models=False))  # less is asked
+
+    for uri in (f"sqlite:///{tmp_path / 'absent.db'}", "http://127.0.0.1:9/", f"sqlite:///{tmp_path / 'mlflow.db'}?x=1"):
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+        assert not agrees()
+    (tmp_path / "notes.db").write_text("not a database")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'notes.db'}")
+    assert sqlite_view.read(tracking.tracking_uri(cfg), "sync", "M") is None and not agrees()
 
 
 def test_register_without_log_models_is_a_config_error():

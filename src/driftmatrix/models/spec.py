@@ -17,6 +17,9 @@ TORCH_FORMAT = "driftmatrix-safetensors-1"
 TABULAR_FORMAT = "driftmatrix-tabular-1"
 #: The files of a stored unit (checkpoint folder, registry artifact): weights, ``model.json``, record.
 WEIGHTS, DESCRIPTION, RECORD = "model.safetensors", "model.json", "unit.json"
+#: A unit's MLflow model folder (``tracking.pyfunc``), the ``model_logged`` tag of a run holding it;
+#: runs holding another are logged again. 2: raw feature rows of any dtype, Prior on tables.
+PYFUNC_FORMAT = "driftmatrix-pyfunc-2"
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,6 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
 
     # before any training: this machine's environment, so that the error below counts what is missing
     env = recorded_environment(params, model, checkpoints_dir, resolve_if_missing=True)
-    mlflow_ready = configure_in_background(params.tracking)
     ckpts, scores = CheckpointStore(checkpoints_dir, model), ScoreStore(out_dir, model)
     # a trained unit that was never scored means cells to score: the worker server's imports start now
     if env.device == "cpu" and set(ckpts.keys()) - set(scores.keys()):
@@ -62,6 +61,10 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
                 scores.write(u.key, docs[u.key])
     log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes),
              sum(len(m) for _, m, _ in todo), len(todo))
+    if not todo and already_synced(params, plan, hashes, docs, ckpts):
+        log.info("%s: the MLflow store already holds every unit's run, row and version", model)
+        return []
+    mlflow_ready = configure_in_background(params.tracking)
     # Scoring in CPU worker processes: this process never imports torch and sets MLflow up meanwhile.
     # GPU units are scored in this process (one CUDA context, not one per CPU).
     in_workers = bool(todo) and env.device == "cpu" and start_workers(params, model, (*WORKER_MODULES, __name__))
@@ -90,6 +93,23 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     if written:
         log.info("%s: %d drift-matrix rows attached to their MLflow runs", plan.model, len(written))
     return written
+
+
+def already_synced(params: Params, plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, dict],
+                 ckpts: CheckpointStore) -> bool:
+    """Whether the MLflow sync would write nothing: every unit's row was attached to a run with its
+    current cells, and the store still holds those runs as the sync leaves them (read from a sqlite
+    store without importing MLflow; other stores: False, so they are synced)."""
+    from driftmatrix.tracking.runs import store_agrees
+
+    attached = {}
+    for u in plan.units:
+        logged = docs[u.key].get("logged") or {}
+        if logged.get("cells") != [c.key for c in plan.cells(u, hashes)]:
+            return False
+        attached[u.key] = logged.get("run_id")
+    records = [ckpts.record(u.key) for u in plan.units]
+    return store_agrees(params.tracking, params.dataset.name, plan.model, records, attached)
 
 
 def current_doc(doc: dict[str, Any], weights_digest: str) -> dict[str, Any]:

@@ -32,13 +32,10 @@ from mlflow.pyfunc import PythonModel
 
 from driftmatrix.features.transform import (as_frame, forward, load_encoder, load_network, model_inputs,
                                             output_columns, outputs_to_scores)
-from driftmatrix.models.spec import DESCRIPTION, RECORD, TABULAR_FORMAT, TORCH_FORMAT, WEIGHTS
+from driftmatrix.models.spec import DESCRIPTION, PYFUNC_FORMAT, RECORD, TABULAR_FORMAT, TORCH_FORMAT, WEIGHTS
 from driftmatrix.data.table import DataError
 from driftmatrix.units.store import file_digest
 
-#: ``model_logged`` tag of a run whose ``model`` artifact is this format (others are logged again).
-#: 2: raw feature rows of any dtype (signature: required columns of any type), Prior on tables.
-MODEL_FORMAT = "driftmatrix-pyfunc-2"
 CODE_MODULE = "driftmatrix.tracking.pyfunc_model"
 CODE_FILE = "pyfunc_model.py"
 ARTIFACTS = {"weights": WEIGHTS, "description": DESCRIPTION, "record": RECORD}
@@ -105,7 +102,7 @@ def serving_config(params, exp, image_shape: Sequence[int] | None) -> dict[str, 
     spec, meta = exp.spec, exp.meta
     modality = meta.input_kind if meta.input_kind in ("image", "table") else "text"
     config: dict[str, Any] = {
-        "format": MODEL_FORMAT, "dataset": exp.dataset, "model": spec.name, "family": spec.family,
+        "format": PYFUNC_FORMAT, "dataset": exp.dataset, "model": spec.name, "family": spec.family,
         "task": meta.task, "inputs": spec.inputs, "modality": modality, "columns": output_columns(meta),
         "precision": exp.env.precision, "batch_size": int(exp.cfg.eval_batch_size), "device": "cpu",
         "image_shape": [int(s) for s in image_shape] if modality == "image" and image_shape is not None else None}

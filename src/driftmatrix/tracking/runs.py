@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from urllib.parse import urlparse
 
 from driftmatrix.config import TrackingConfig, user_cache_dir
+from driftmatrix.models.spec import PYFUNC_FORMAT
 
 log = logging.getLogger(__name__)
 
@@ -358,7 +359,7 @@ def unit_run_rows(record: Mapping[str, Any], folder: Path | None, extra_tags: Ma
     tags = {"kind": "cutoff", "dataset": unit["dataset"], "model": unit["model"], "family": unit["family"],
             "cutoff": unit["cutoff"], "cutoff_index": str(unit["cutoff_index"]), "seed": str(unit["seed"]),
             "unit_key": unit["key"], "window": record.get("window", ""), **unit_tags(record),
-            MODEL_TAG: _model_format() if folder is not None else "false", DRIVER_TAG: driver_id(), **dict(extra_tags),
+            MODEL_TAG: PYFUNC_FORMAT if folder is not None else "false", DRIVER_TAG: driver_id(), **dict(extra_tags),
             **dict(record.get("tags") or {})}
     ended = int(record["ended"] * 1000)
     metrics = [_metric("train_loss", loss, ended, step) for step, loss in enumerate(record["losses"])]
@@ -461,9 +462,9 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row, describe
     for key, r in keep.items():
         if r.data.tags.get("dataset") != dataset:  # a renamed dataset
             client.set_tag(r.info.run_id, "dataset", dataset)
-        if cfg.log_models and r.data.tags.get(MODEL_TAG) != _model_format():  # no model, or an older format
+        if cfg.log_models and r.data.tags.get(MODEL_TAG) != PYFUNC_FORMAT:  # no model, or an older format
             client.log_artifacts(r.info.run_id, str(folders[key]), artifact_path="model")
-            client.set_tag(r.info.run_id, MODEL_TAG, _model_format())
+            client.set_tag(r.info.run_id, MODEL_TAG, PYFUNC_FORMAT)
     if cfg.register and cfg.log_models:
         sync_registry(client, registered_name(dataset, model), list(wanted.values()), by_key, project, described,
                       threads)
@@ -472,6 +473,38 @@ def _sync_units(cfg, dataset, model, current, folders, extra_tags, row, describe
         log.info("mlflow %s: %d runs created, %d restored, %d superseded (%d live)", model, created,
                  restored, superseded, len(by_key))
     return by_key
+
+
+def store_agrees(cfg: TrackingConfig, dataset: str, model: str, current: Sequence[Mapping[str, Any]],
+                 attached: Mapping[str, str]) -> bool:
+    """Whether :func:`sync_units` would write nothing, read from a sqlite store without MLflow
+    (:mod:`sqlite_view`): every unit of ``current`` has its one live FINISHED run, which holds its
+    drift-matrix row (``attached``: unit key -> the run its row was logged to) and, as configured,
+    its model, its version and its aliases; nothing is left to delete. False when unsure."""
+    from driftmatrix.tracking import sqlite_view
+
+    view = sqlite_view.read(tracking_uri(cfg), cfg.experiment, model)
+    if view is None:
+        return False
+    wanted = {r["unit"]["key"]: r for r in current}
+    project = project_id()
+    keep, drop = plan_runs(view.runs, dataset, wanted, project)
+    run_ids = {key: r.info.run_id for key, r in keep.items()}
+    if drop or run_ids != dict(attached) or set(run_ids) != set(wanted):
+        return False
+    for r in keep.values():
+        tags = r.data.tags
+        if r.info.lifecycle_stage != "active" or tags.get("dataset") != dataset \
+                or cfg.log_models and tags.get(MODEL_TAG) != PYFUNC_FORMAT:
+            return False
+    if not (cfg.register and cfg.log_models):
+        return True
+    name = registered_name(dataset, model)
+    by_key, stale = registry_plan(view.versions, name, list(wanted.values()), run_ids, project)
+    if name not in view.registered or stale or set(by_key) != set(wanted):
+        return False
+    pointed = cutoff_aliases(list(wanted.values()), {key: str(v.version) for key, v in by_key.items()})
+    return all(view.aliases.get(name, {}).get(alias) == version for alias, version in pointed.items())
 
 
 def write_threads(cfg: TrackingConfig) -> int:
@@ -512,12 +545,6 @@ def _apply(client, keep: Mapping[str, Any], drop: Sequence[tuple[Any, str | None
         if "superseded_by" in r.data.tags:
             client.delete_tag(r.info.run_id, "superseded_by")
     return len(restored)
-
-
-def _model_format() -> str:
-    from driftmatrix.tracking.pyfunc import MODEL_FORMAT
-
-    return MODEL_FORMAT
 
 
 def lock_folder(uri: str) -> Path | None:
@@ -616,19 +643,25 @@ def sync_registry(client, name: str, records: Sequence[Mapping[str, Any]], run_i
         made = bulk.write_versions(store, name, [rows(r) for r in new]) if store is not None \
             else each(create, [rows(r) for r in new], threads)
         numbers.update(zip([r["unit"]["key"] for r in new], map(str, made)))
-        pointed: dict[str, str] = {}
-        lowest: dict[str, tuple[int, str]] = {}
-        for r in records:
-            unit, version = r["unit"], numbers[r["unit"]["key"]]
-            pointed[alias_for(unit["cutoff"], unit["seed"])] = version
-            if unit["cutoff"] not in lowest or unit["seed"] < lowest[unit["cutoff"]][0]:
-                lowest[unit["cutoff"]] = (unit["seed"], version)
-        pointed.update({alias_for(cutoff): version for cutoff, (_, version) in lowest.items()})
-        moved = {a: v for a, v in pointed.items() if aliases.get(a) != v}
+        moved = {a: v for a, v in cutoff_aliases(records, numbers).items() if aliases.get(a) != v}
         if store is not None:
             bulk.point_aliases(store, name, moved)
         else:
             each(lambda item: point(*item), list(moved.items()), threads)
+
+
+def cutoff_aliases(records: Sequence[Mapping[str, Any]], versions: Mapping[str, str]) -> dict[str, str]:
+    """alias -> version: ``cutoff-<label>-seed-<s>`` for every unit, ``cutoff-<label>`` for its
+    cutoff's lowest seed (``versions``: unit key -> version number)."""
+    pointed: dict[str, str] = {}
+    lowest: dict[str, tuple[int, str]] = {}
+    for r in records:
+        unit, version = r["unit"], versions[r["unit"]["key"]]
+        pointed[alias_for(unit["cutoff"], unit["seed"])] = version
+        if unit["cutoff"] not in lowest or unit["seed"] < lowest[unit["cutoff"]][0]:
+            lowest[unit["cutoff"]] = (unit["seed"], version)
+    pointed.update({alias_for(cutoff): version for cutoff, (_, version) in lowest.items()})
+    return pointed
 
 
 def registry_plan(versions: Sequence[Any], name: str, records: Sequence[Mapping[str, Any]],
