@@ -322,7 +322,8 @@ def test_the_sqlite_view_agrees_exactly_when_a_sync_would_write_nothing(mlflow_s
 
     client = mlflow.MlflowClient()
     exp_id = client.get_experiment_by_name("sync").experiment_id
-    view = sqlite_view.read(mlflow_store, "sync", "M")
+    assert tracking.sqlite_file(mlflow_store) == tmp_path / "mlflow.db"
+    view = sqlite_view.read(tmp_path / "mlflow.db", "sync", "M")
     ours = {r.info.run_id: (r.info.status, r.info.lifecycle_stage, r.info.start_time, r.data.tags) for r in view.runs}
     assert ours == {r.info.run_id: (r.info.status, r.info.lifecycle_stage, r.info.start_time, r.data.tags)
                     for r in client.search_runs([exp_id], "tags.kind = 'cutoff'", run_view_type=ViewType.ALL)}
@@ -347,12 +348,14 @@ def test_the_sqlite_view_agrees_exactly_when_a_sync_would_write_nothing(mlflow_s
         assert sync() == run_ids and agrees()
     assert agrees(cfg=dataclasses.replace(cfg, register=False, log_models=False))  # less is asked
 
-    for uri in (f"sqlite:///{tmp_path / 'absent.db'}", "http://127.0.0.1:9/", f"sqlite:///{tmp_path / 'mlflow.db'}?x=1"):
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}?timeout=20")
+    assert agrees()  # connection options change no file
+    for uri in (f"sqlite:///{tmp_path / 'absent.db'}", "http://127.0.0.1:9/"):
         monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
         assert not agrees()
     (tmp_path / "notes.db").write_text("not a database")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'notes.db'}")
-    assert sqlite_view.read(tracking.tracking_uri(cfg), "sync", "M") is None and not agrees()
+    assert sqlite_view.read(tmp_path / "notes.db", "sync", "M") is None and not agrees()
 
 
 def test_register_without_log_models_is_a_config_error():

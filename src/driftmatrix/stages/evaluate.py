@@ -49,19 +49,20 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
     refuse_replaced_weights(ckpts, plan.units)
     scores.write_environment(env.to_dict())
     docs = {u.key: current_doc(scores.read(u.key), ckpts.weights_digest(u.key)) for u in plan.units}
+    records = {u.key: ckpts.record(u.key) for u in plan.units}
     todo = []
     for u in plan.units:
         missing = [c for c in plan.cells(u, hashes) if c.key not in docs[u.key]["cells"]]
         if missing:
             todo.append((u, missing, str(Path(checkpoints_dir).resolve())))
-        seconds = ckpts.record(u.key).get("seconds")  # its measured training time: a retrain's cost
+        seconds = records[u.key].get("seconds")  # its measured training time: a retrain's cost
         if docs[u.key].get("seconds") != seconds:
             docs[u.key]["seconds"] = seconds
             if docs[u.key]["cells"] and not missing:
                 scores.write(u.key, docs[u.key])
     log.info("%s: %d cells in the plan, %d to score (%d units)", model, len(plan.units) * len(hashes),
              sum(len(m) for _, m, _ in todo), len(todo))
-    if not todo and already_synced(params, plan, hashes, docs, ckpts):
+    if not todo and already_synced(params, plan, hashes, docs, records):
         log.info("%s: the MLflow store already holds every unit's run, row and version", model)
         return []
     mlflow_ready = configure_in_background(params.tracking)
@@ -96,10 +97,11 @@ def run(params: Params, model: str, slices_dir: str | Path, checkpoints_dir: str
 
 
 def already_synced(params: Params, plan: ModelPlan, hashes: Sequence[str], docs: Mapping[str, dict],
-                 ckpts: CheckpointStore) -> bool:
+                   records: Mapping[str, dict]) -> bool:
     """Whether the MLflow sync would write nothing: every unit's row was attached to a run with its
     current cells, and the store still holds those runs as the sync leaves them (read from a sqlite
-    store without importing MLflow; other stores: False, so they are synced)."""
+    store without importing MLflow; other stores: False, so they are synced). ``records``: unit key
+    -> its checkpoint's record."""
     from driftmatrix.tracking.runs import store_agrees
 
     attached = {}
@@ -108,8 +110,7 @@ def already_synced(params: Params, plan: ModelPlan, hashes: Sequence[str], docs:
         if logged.get("cells") != [c.key for c in plan.cells(u, hashes)]:
             return False
         attached[u.key] = logged.get("run_id")
-    records = [ckpts.record(u.key) for u in plan.units]
-    return store_agrees(params.tracking, params.dataset.name, plan.model, records, attached)
+    return store_agrees(params.tracking, params.dataset.name, plan.model, list(records.values()), attached)
 
 
 def current_doc(doc: dict[str, Any], weights_digest: str) -> dict[str, Any]:

@@ -111,12 +111,16 @@ def schema_template() -> Path | None:
         return None
 
 
+def sqlite_file(uri: str) -> Path | None:
+    """The database file of a ``sqlite:///`` store (connection options after ``?`` left out); None
+    for other stores."""
+    return Path(uri.removeprefix("sqlite:///").partition("?")[0]) if uri.startswith("sqlite:///") else None
+
+
 def seed_sqlite_store(uri: str) -> None:
     """Start a not-yet-existing ``sqlite:///`` store from the schema template (see above)."""
-    if not uri.startswith("sqlite:///"):
-        return
-    db = Path(uri.removeprefix("sqlite:///"))
-    if db.exists() or not db.parent.is_dir():
+    db = sqlite_file(uri)
+    if db is None or db.exists() or not db.parent.is_dir():
         return
     template = schema_template()
     if template is not None:
@@ -150,8 +154,8 @@ def configure(cfg: TrackingConfig) -> str:
         location = None
         if uri.startswith("sqlite:") and uri == cfg.uri:
             location = Path(cfg.artifact_root).resolve().as_uri()
-        elif uri.startswith("sqlite:///"):  # a temporary store: artifacts beside its database
-            location = (Path(uri.removeprefix("sqlite:///")).resolve().parent / "mlruns").as_uri()
+        elif (db := sqlite_file(uri)) is not None:  # a temporary store: artifacts beside its database
+            location = (db.resolve().parent / "mlruns").as_uri()
         exp_id = mlflow.create_experiment(cfg.experiment, artifact_location=location,
                                           tags=dict([EXPERIMENT_KIND]))
     else:
@@ -483,14 +487,15 @@ def store_agrees(cfg: TrackingConfig, dataset: str, model: str, current: Sequenc
     its model, its version and its aliases; nothing is left to delete. False when unsure."""
     from driftmatrix.tracking import sqlite_view
 
-    view = sqlite_view.read(tracking_uri(cfg), cfg.experiment, model)
+    db = sqlite_file(tracking_uri(cfg))
+    view = None if db is None else sqlite_view.read(db, cfg.experiment, model)
     if view is None:
         return False
     wanted = {r["unit"]["key"]: r for r in current}
     project = project_id()
     keep, drop = plan_runs(view.runs, dataset, wanted, project)
     run_ids = {key: r.info.run_id for key, r in keep.items()}
-    if drop or run_ids != dict(attached) or set(run_ids) != set(wanted):
+    if drop or run_ids != dict(attached):  # ``attached`` names every unit of ``current``
         return False
     for r in keep.values():
         tags = r.data.tags
@@ -550,7 +555,7 @@ def _apply(client, keep: Mapping[str, Any], drop: Sequence[tuple[Any, str | None
 def lock_folder(uri: str) -> Path | None:
     """The folder holding a local store (sqlite or file store); None for servers and remote databases."""
     if uri.startswith("sqlite:///"):
-        store = Path(uri.removeprefix("sqlite:///"))
+        store = sqlite_file(uri)
     elif uri.startswith("file:"):
         store = Path(urlparse(uri).path)
     elif "://" not in uri and not uri.startswith("databricks"):

@@ -1,8 +1,8 @@
 """One model's unit runs and registry versions as a ``sqlite:///`` MLflow store holds them, read
 with the standard library: an evaluate stage with nothing to score checks that MLflow already
 agrees with its units (``runs.store_agrees``) without importing MLflow and SQLAlchemy, about 2.5 s
-a process. Read-only, one snapshot; any doubt (no such file, a URI with options, another schema, a
-name found twice) gives None, and the stage syncs through MLflow as before."""
+a process. Read-only, one snapshot; any doubt (no such file, another schema, a name found twice)
+gives None, and the stage syncs through MLflow as before."""
 
 from __future__ import annotations
 
@@ -25,18 +25,11 @@ class StoreView:
     aliases: dict[str, dict[str, str]]  # registered model name -> alias -> version
 
 
-def sqlite_file(uri: str) -> Path | None:
-    """The database file of a ``sqlite:///`` URI; None for other stores and URIs with options."""
-    if not uri.startswith("sqlite:///") or "?" in uri:
-        return None
-    return Path(uri.removeprefix("sqlite:///"))
-
-
-def read(uri: str, experiment: str, model: str) -> StoreView | None:
+def read(path: Path, experiment: str, model: str) -> StoreView | None:
     """Every unit run of ``model`` in ``experiment`` (deleted ones too) and every version of the
-    registered models named ``<dataset>.<model>``, as the store holds them now; None when unsure."""
-    path = sqlite_file(uri)
-    if path is None or not path.is_file():
+    registered models named ``<dataset>.<model>``, as the database file ``path`` holds them now;
+    None when unsure."""
+    if not path.is_file():
         return None
     try:
         con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=10)
