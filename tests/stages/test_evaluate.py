@@ -66,6 +66,10 @@ def test_pixel_batches_from_resident_floats_equal_batches_normalised_one_by_one(
         assert torch.equal(a, b) and a.is_contiguous(memory_format=torch.channels_last) == channels_last
         assert torch.equal(a, normalise(torch.from_numpy(images[idx.numpy()]).permute(0, 3, 1, 2)))
         assert a.min() >= -1 and a.max() <= 1
+        # the resident floats keep the layout of the first batch; a later switch still gets its own
+        resident.channels_last = not channels_last
+        (c,) = resident.batch(idx)
+        assert torch.equal(c, a) and c.is_contiguous(memory_format=torch.channels_last) != channels_last
 
 
 def test_scoring_before_training_names_the_missing_checkpoints_and_the_command(tmp_path, tiny_params, mlflow_store):

@@ -225,7 +225,9 @@ class PooledInputs:
         return PooledInputs(self.data.to(device), self.info)
 
     def batch(self, idx):
-        return (self.data[idx.to(self.data.device)],)
+        import torch
+
+        return (torch.index_select(self.data, 0, idx.to(self.data.device)),)
 
 
 class TokenStateInputs:
@@ -297,10 +299,12 @@ class ResidentTokenStates:
         return ResidentTokenStates(self.states.to(device), self.masks.to(device), self.info)
 
     def batch(self, idx):
+        import torch
+
         idx = idx.to(self.states.device)
-        masks = self.masks[idx]
+        masks = torch.index_select(self.masks, 0, idx)
         longest = max(int(masks.sum(dim=1).max()) if len(idx) else 0, 1)
-        return self.states[idx, :longest].float(), masks[:, :longest]
+        return torch.index_select(self.states[:, :longest], 0, idx).float(), masks[:, :longest]
 
 
 def load_cached_inputs(inputs: str, slices_dir: str | Path, features_dir: str | Path, encoder: str | None,

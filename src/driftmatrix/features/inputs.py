@@ -49,15 +49,17 @@ class PixelInputs:
         return out
 
     def _resident(self) -> torch.Tensor | None:
+        """Every image's floats, in the memory layout of the batches (made at the first batch)."""
         if self.floats is None and self.data.nelement() * 4 <= self.FLOAT_BUDGET:
-            self.floats = normalise(self.data)
+            layout = torch.channels_last if self.channels_last else torch.contiguous_format
+            self.floats = normalise(self.data.contiguous(memory_format=layout))
         return self.floats
 
     def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor]:
         idx = idx.to(self.data.device)
         floats = self._resident()
-        x = normalise(self.data[idx]) if floats is None else floats[idx]
-        return (x.contiguous(memory_format=torch.channels_last) if self.channels_last else x,)
+        x = normalise(take_rows(self.data, idx)) if floats is None else take_rows(floats, idx)
+        return (x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format),)
 
 
 class RowCountInputs:
@@ -74,6 +76,15 @@ class RowCountInputs:
 
     def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor]:
         return (idx,)
+
+
+def take_rows(t: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``t[idx]`` (rows of the first dimension) in ``t``'s memory layout, channels-last included.
+    ``index_select`` copies whole rows; indexing gathers element by element, 5-8x slower for a
+    batch of images (tests/features/test_inputs.py)."""
+    if t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last):
+        return torch.index_select(t.permute(0, 2, 3, 1), 0, idx).permute(0, 3, 1, 2)
+    return torch.index_select(t, 0, idx)
 
 
 def normalise(pixels: torch.Tensor) -> torch.Tensor:

@@ -46,7 +46,7 @@ def fit(model, inputs, targets, train_idx: np.ndarray, cfg: TrainConfig,
             if len(idx) < 2 and len(order) > 1:
                 continue
             batch = inputs.batch(idx)
-            y = targets[idx.to(targets.device)]
+            y = torch.index_select(targets, 0, idx.to(targets.device))
             if precision == "bf16":
                 with autocast(device, precision):
                     out = model(*batch).float()
