@@ -108,11 +108,12 @@ def file_digest(path: str | Path) -> str:
     return h.hexdigest()
 
 
-def write_json(path: Path, obj: Any) -> None:
-    """Write ``obj`` to a temporary file, fsync it, then rename it over ``path``."""
+def write_json(path: Path, obj: Any, indent: int | None = 2) -> None:
+    """Write ``obj`` to a temporary file, fsync it, then rename it over ``path``. ``indent=None``
+    for bulk documents: only then does ``json`` encode in C (7x faster for a unit's scores)."""
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
-        f.write(json.dumps(obj, indent=2))
+        f.write(json.dumps(obj, indent=indent))
         f.flush()
         os.fsync(f.fileno())
     tmp.replace(path)
@@ -160,7 +161,7 @@ class ScoreStore:
 
     def write(self, key: str, doc: Mapping[str, Any]) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        write_json(self.path(key), doc)
+        write_json(self.path(key), doc, indent=None)  # read by the stages, not by people: compact
 
     def keys(self) -> list[str]:
         return sorted(p.stem for p in self.dir.glob("*.json") if p.name != ENVIRONMENT) if self.dir.exists() else []
