@@ -19,6 +19,16 @@ os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO / "src"), os.env
 from tinyparams import TINY_RUN_MODELS, make_tiny_params  # noqa: E402  (tests import them from there too)
 
 
+def pytest_configure(config):
+    """The worker pools tests start in this process fork from one server that imports torch once
+    (when the first pool starts), as a stage's pools do, rather than each worker importing it anew."""
+    import multiprocessing
+
+    from driftmatrix.runtime.executor import server_preload
+
+    multiprocessing.set_forkserver_preload(server_preload())
+
+
 # --- `make test` runs on 2 workers (pytest -n 2 --dist loadgroup) ---------------------------------
 # A worker runs whole groups: each module is one group (its module fixtures, such as a trained tiny
 # pipeline, are built once), and every test that uses a Ray (the `ray_cluster` fixture, or a module

@@ -199,10 +199,15 @@ def start_worker_server(cfg: RuntimeConfig, model: str | None = None, preload: I
     if cfg.executor != "local" or local_workers(cfg, model) <= 1 \
             or _pool_context().get_start_method() != "forkserver":
         return False
-    mp.set_forkserver_preload(["driftmatrix.runtime._worker_start", "torch", __name__, *preload,
-                               "driftmatrix.runtime._worker_server"])
+    mp.set_forkserver_preload(server_preload(preload))
     forkserver.ensure_running()
     return True
+
+
+def server_preload(preload: Iterable[str] = ()) -> list[str]:
+    """What the worker server imports before it forks a worker: torch, this module and ``preload``,
+    with collection paused around them (``_worker_start``, ``_worker_server``)."""
+    return ["driftmatrix.runtime._worker_start", "torch", __name__, *preload, "driftmatrix.runtime._worker_server"]
 
 
 def _pool_context():
