@@ -48,18 +48,22 @@ class PixelInputs:
         out.data, out.channels_last, out.floats = self.data.to(device), self.channels_last, None
         return out
 
+    @property
+    def layout(self) -> torch.memory_format:
+        """The memory layout of the batches."""
+        return torch.channels_last if self.channels_last else torch.contiguous_format
+
     def _resident(self) -> torch.Tensor | None:
-        """Every image's floats, in the memory layout of the batches (made at the first batch)."""
+        """Every image's floats, in the layout of the batches (made at the first batch)."""
         if self.floats is None and self.data.nelement() * 4 <= self.FLOAT_BUDGET:
-            layout = torch.channels_last if self.channels_last else torch.contiguous_format
-            self.floats = normalise(self.data.contiguous(memory_format=layout))
+            self.floats = normalise(self.data.contiguous(memory_format=self.layout))
         return self.floats
 
     def batch(self, idx: torch.Tensor) -> tuple[torch.Tensor]:
         idx = idx.to(self.data.device)
         floats = self._resident()
         x = normalise(take_rows(self.data, idx)) if floats is None else take_rows(floats, idx)
-        return (x.contiguous(memory_format=torch.channels_last if self.channels_last else torch.contiguous_format),)
+        return (x.contiguous(memory_format=self.layout),)
 
 
 class RowCountInputs:
