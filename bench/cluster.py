@@ -119,7 +119,7 @@ def main() -> None:
     try:
         t = time.perf_counter()
         pg.start()
-        server = MlflowServer(pg.create_database("mlflow"), tmp / "artifacts", log=tmp / "server.log").start()
+        server = MlflowServer(pg.create_database("mlflow"), tmp / "artifacts", workers=2, log=tmp / "server.log").start()
         cluster.start_head()
         cluster.add_node("second")
         setup = time.perf_counter() - t

@@ -423,7 +423,7 @@ def main() -> None:
             pg, server = Postgres(), None
             try:
                 pg.start()
-                server = MlflowServer(pg.create_database("mlflow"), tmp / "artifacts", log=tmp / "server.log").start()
+                server = MlflowServer(pg.create_database("mlflow"), tmp / "artifacts", workers=2, log=tmp / "server.log").start()
                 keep("server", side("server", tmp, params, {**env_for("server"), "MLFLOW_TRACKING_URI": server.url},
                                     measure=False))
             finally:

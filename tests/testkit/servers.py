@@ -98,16 +98,24 @@ class Postgres:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+#: How docs/scaling.md runs a shared server: MLflow's Flask app under gunicorn rather than its
+#: default FastAPI app under uvicorn, which hands every request to the same Flask app through a
+#: WSGI bridge (and threads); a unit's ~18 calls took about half the time this way (docs/benchmarks.md)
+#: (a worker may take minutes over a large model's upload; each request logged, as uvicorn does: tests read it)
+GUNICORN_OPTS = "--timeout 300 --access-logfile -"
+
+
 class MlflowServer:
     """``mlflow server`` on 127.0.0.1:``port`` over ``backend`` with served artifacts under
-    ``artifacts``; :meth:`stop` and :meth:`start` again keep the port (a restarted server)."""
+    ``artifacts``, under gunicorn (``uvicorn=True``: MLflow's default); :meth:`stop` and
+    :meth:`start` again keep the port (a restarted server)."""
 
     def __init__(self, backend: str, artifacts: str | Path, *, port: int | None = None, workers: int = 1,
-                 log: str | Path | None = None, env: Mapping[str, str] | None = None) -> None:
+                 log: str | Path | None = None, env: Mapping[str, str] | None = None, uvicorn: bool = False) -> None:
         self.backend, self.artifacts = backend, Path(artifacts)
         self.port = port or free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
-        self.workers = workers
+        self.workers, self.uvicorn = workers, uvicorn
         self.log = Path(log) if log else self.artifacts.parent / f"mlflow-server-{self.port}.log"
         self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
@@ -118,6 +126,7 @@ class MlflowServer:
         cmd = [str(mlflow) if mlflow.exists() else "mlflow", "server", "--backend-store-uri", self.backend,
                "--artifacts-destination", str(self.artifacts), "--serve-artifacts", "-h", LOOPBACK,
                "-p", str(self.port), "--workers", str(self.workers)]
+        cmd += [] if self.uvicorn else ["--gunicorn-opts", GUNICORN_OPTS]
         # no job consumers: MLflow 3 starts seven huey processes (about 240 MB each) for server-side
         # jobs that the runs, metrics and registry calls here never use
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **self.env}
