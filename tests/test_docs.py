@@ -89,12 +89,17 @@ def _check_click(root, argv: list[str], name: str) -> None:
         sub = cmd.commands.get(ctx_args[0])
         assert sub is not None, f"{name}: no command {ctx_args[0]!r} (have {sorted(cmd.commands)})"
         cmd, ctx_args = sub, ctx_args[1:]
-    options = {o for p in cmd.params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
-    options |= {"--help"}
-    for tok in ctx_args:
+    options = {o: p for p in cmd.params for o in (*getattr(p, "opts", ()), *getattr(p, "secondary_opts", ()))}
+    options["--help"] = None
+    tokens = iter(ctx_args)
+    for tok in tokens:
         if tok.startswith("-") and not re.match(r"^-\d", tok):
             flag = tok.split("=", 1)[0]
             assert flag in options, f"{name} {cmd.name}: no option {flag} (have {sorted(options)})"
+            param = options[flag]
+            if "=" not in tok and param is not None and not getattr(param, "is_flag", True) \
+                    and not getattr(param, "count", False):
+                next(tokens, None)  # its value, which may start with "-" (--gunicorn-opts "--timeout 300")
 
 
 def _check_paths(argv: list[str]) -> None:
