@@ -100,8 +100,8 @@ class Postgres:
 
 #: How docs/scaling.md runs a shared server: MLflow's Flask app under gunicorn rather than its
 #: default FastAPI app under uvicorn, which hands every request to the same Flask app through a
-#: WSGI bridge (and threads); a unit's ~18 calls took about half the time this way (docs/benchmarks.md)
-#: (a worker may take minutes over a large model's upload; each request logged, as uvicorn does: tests read it)
+#: WSGI bridge; a unit's sync took about 40% less time (docs/benchmarks.md). A worker may take
+#: minutes over a large upload, and each request is logged, as uvicorn does (tests read the log).
 GUNICORN_OPTS = "--timeout 300 --access-logfile -"
 
 

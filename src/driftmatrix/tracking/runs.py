@@ -351,7 +351,7 @@ def run_artifacts(client, artifact_uri: str):
 
 def finish_run(client, run_id: str, end_time: int, status: str = "FINISHED") -> None:
     """``client.set_terminated`` without the ``get_run`` it makes first to print the run's link: a
-    whole run read back over HTTP, one of the 19 round trips of a unit synced through a server."""
+    whole run read back, over HTTP one of the 19 round trips of a unit synced through a server."""
     from mlflow.entities import RunStatus
 
     client._tracking_client.store.update_run_info(run_id, run_status=RunStatus.from_string(status),
@@ -746,7 +746,7 @@ def end_orphaned_runs(client, exp_id: str, tags: Mapping[str, str]) -> int:
     for r in client.search_runs([exp_id], filter_string=filt, run_view_type=ViewType.ACTIVE_ONLY,
                                 max_results=1000):
         if _process_gone(r.data.tags.get(DRIVER_TAG, "")):
-            client.set_terminated(r.info.run_id, "KILLED")
+            finish_run(client, r.info.run_id, int(time.time() * 1000), "KILLED")
             ended += 1
     if ended:
         log.info("mlflow: %d run(s) %s left RUNNING by a killed process marked KILLED", ended, dict(tags))
