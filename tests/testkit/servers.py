@@ -107,15 +107,15 @@ GUNICORN_OPTS = "--timeout 300 --access-logfile -"
 
 class MlflowServer:
     """``mlflow server`` on 127.0.0.1:``port`` over ``backend`` with served artifacts under
-    ``artifacts``, under gunicorn (``uvicorn=True``: MLflow's default); :meth:`stop` and
-    :meth:`start` again keep the port (a restarted server)."""
+    ``artifacts``, under gunicorn (:data:`GUNICORN_OPTS`); :meth:`stop` and :meth:`start` again
+    keep the port (a restarted server)."""
 
     def __init__(self, backend: str, artifacts: str | Path, *, port: int | None = None, workers: int = 1,
-                 log: str | Path | None = None, env: Mapping[str, str] | None = None, uvicorn: bool = False) -> None:
+                 log: str | Path | None = None, env: Mapping[str, str] | None = None) -> None:
         self.backend, self.artifacts = backend, Path(artifacts)
         self.port = port or free_port()
         self.url = f"http://{LOOPBACK}:{self.port}"
-        self.workers, self.uvicorn = workers, uvicorn
+        self.workers = workers
         self.log = Path(log) if log else self.artifacts.parent / f"mlflow-server-{self.port}.log"
         self.env = dict(env or {})
         self.proc: subprocess.Popen | None = None
@@ -125,8 +125,7 @@ class MlflowServer:
         mlflow = Path(sys.executable).parent / "mlflow"
         cmd = [str(mlflow) if mlflow.exists() else "mlflow", "server", "--backend-store-uri", self.backend,
                "--artifacts-destination", str(self.artifacts), "--serve-artifacts", "-h", LOOPBACK,
-               "-p", str(self.port), "--workers", str(self.workers)]
-        cmd += [] if self.uvicorn else ["--gunicorn-opts", GUNICORN_OPTS]
+               "-p", str(self.port), "--workers", str(self.workers), "--gunicorn-opts", GUNICORN_OPTS]
         # no job consumers: MLflow 3 starts seven huey processes (about 240 MB each) for server-side
         # jobs that the runs, metrics and registry calls here never use
         env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **self.env}

@@ -351,7 +351,7 @@ def run_artifacts(client, artifact_uri: str):
 
 def finish_run(client, run_id: str, end_time: int, status: str = "FINISHED") -> None:
     """``client.set_terminated`` without the ``get_run`` it makes first to print the run's link: a
-    whole run read back, over HTTP one of the 19 round trips of a unit synced through a server."""
+    whole run read back: over HTTP, a round trip a unit (19 before, 18 now)."""
     from mlflow.entities import RunStatus
 
     client._tracking_client.store.update_run_info(run_id, run_status=RunStatus.from_string(status),
