@@ -1,3 +1,3 @@
-from driftmatrix.cli import main
+from driftmatrix.runtime.warmstart import main
 
 main()
