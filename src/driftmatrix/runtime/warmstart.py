@@ -50,8 +50,8 @@ def main() -> None:
     """Console entry point: hand the command to a warm server under DVC (or DRIFTMATRIX_WARM=1),
     else run it here."""
     wanted = os.environ.get("DRIFTMATRIX_WARM", "1" if os.environ.get("DVC_STAGE") else "0")
-    if wanted == "1" and hasattr(os, "fork"):
-        path = socket_path(server_key())
+    path = socket_path(server_key()) if wanted == "1" and sys.platform == "linux" else None
+    if path is not None:
         code = run_warm(path, CLI)
         if code is None:
             start_server(path)
@@ -70,17 +70,31 @@ def call(entry: str):
 
 def server_key() -> str:
     """What a process must share with the server for a fork of it to be the process it would have
-    been: interpreter, import path, user, session, environment, and the installed packages."""
+    been: interpreter and its flags, import path, user, session, environment, and the installed
+    packages."""
     env = {k: v for k, v in os.environ.items() if k not in UNKEYED_ENV}
     site = [p for p in sys.path if p.endswith("site-packages")]
     stamp = [os.stat(p).st_mtime_ns for p in site if os.path.isdir(p)]
-    blob = json.dumps([sys.executable, sys.path, os.getuid(), os.getsid(0), sorted(env.items()), stamp])
+    blob = json.dumps([sys.executable, interpreter_flags(), sys.path, os.getuid(), os.getsid(0), sorted(env.items()),
+                       stamp])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
-def socket_path(key: str) -> Path:
+def interpreter_flags() -> list[str]:
+    """The command-line flags this interpreter runs with (-O, -X dev...), as the server's must."""
+    return subprocess._args_from_interpreter_flags()  # what multiprocessing passes its workers
+
+
+def socket_path(key: str) -> Path | None:
+    """The server's socket, in a folder only this user may enter (None if it is not so)."""
     folder = Path(tempfile.gettempdir()) / f"driftmatrix-warm-{os.getuid()}"
-    folder.mkdir(mode=0o700, exist_ok=True)
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        info = folder.lstat()
+    except OSError:
+        return None
+    if info.st_uid != os.getuid() or info.st_mode & 0o077 or not folder.is_dir() or folder.is_symlink():
+        return None
     return folder / f"{key}.sock"
 
 
@@ -100,8 +114,16 @@ def run_warm(path: Path, entry: str) -> int | None:
     reader = conn.makefile("rb")
     child = None
     forwarded = {}
+
+    def forward(sig: int, _frame) -> None:
+        if child is not None:
+            _kill(child, sig)
+        else:  # not started yet: the caller goes as it would have; a child forked by now follows it
+            signal.signal(sig, signal.SIG_DFL)
+            os.kill(os.getpid(), sig)
+
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        forwarded[sig] = signal.signal(sig, lambda s, _f: child and _kill(child, s))
+        forwarded[sig] = signal.signal(sig, forward)
     previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child, in our group, gets the terminal's
     try:
         for line in reader:
@@ -151,9 +173,9 @@ def start_server(path: Path) -> subprocess.Popen | None:
     code = ("import sys; sys.path[:] = __import__('json').loads(sys.argv[1]); "
             "from driftmatrix.runtime.warmstart import serve_then_run; serve_then_run(sys.argv[2])")
     try:
-        return subprocess.Popen([sys.executable, "-c", code, json.dumps(sys.path), str(path)],
+        return subprocess.Popen([sys.executable, *interpreter_flags(), "-c", code, json.dumps(sys.path), str(path)],
                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                close_fds=True, process_group=0)
+                                close_fds=True, process_group=0, cwd="/")  # holds no caller's folder
     except OSError:
         return None
 
@@ -171,7 +193,8 @@ def serve(path: Path) -> dict | None:
     """Accept callers until idle for IDLE_S; returns None in the server, the request in a child."""
     import fcntl
 
-    lock = os.open(path.with_suffix(".lock"), os.O_WRONLY | os.O_CREAT, 0o600)
+    lock_path = path.with_suffix(".lock")
+    lock = os.open(lock_path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError:
@@ -186,6 +209,7 @@ def serve(path: Path) -> dict | None:
     finally:
         if os.getpid() == server:
             path.unlink(missing_ok=True)
+            lock_path.unlink(missing_ok=True)
 
 
 def preload_next(pending: list[str]) -> None:
@@ -207,8 +231,8 @@ def preload_next(pending: list[str]) -> None:
 
 def accept_loop(listener: socket.socket, lock: int) -> dict | None:
     """Serve callers, importing PRELOAD one library at a time while none waits (a caller that
-    comes early is forked with what is loaded by then); None in the server once idle for IDLE_S,
-    the caller's request in a child."""
+    comes early is forked with what is loaded by then); None in the server once idle for IDLE_S
+    or its session's leader is gone, the caller's request in a child."""
     import gc
 
     children: dict[int, socket.socket] = {}
@@ -221,8 +245,8 @@ def accept_loop(listener: socket.socket, lock: int) -> dict | None:
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "child")
-    idle_since = time.monotonic()
-    while children or pending or time.monotonic() - idle_since < IDLE_S:
+    idle_since, session = time.monotonic(), os.getsid(0)
+    while children or (pending or time.monotonic() - idle_since < IDLE_S) and alive(session):
         events = selector.select(timeout=0 if pending else 1.0)
         if not events:
             preload_next(pending)
@@ -252,6 +276,18 @@ def accept_loop(listener: socket.socket, lock: int) -> dict | None:
         if reap(children):
             idle_since = time.monotonic()
     return None
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` lives: a server outlives no session leader (a killed `dvc repro`
+    started in a session of its own, or the terminal's shell), as nothing could call it any more."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
 
 
 def receive(conn: socket.socket) -> dict | None:
