@@ -37,10 +37,12 @@ import time
 from pathlib import Path
 
 IDLE_S = 20.0  # an idle server exits: a `dvc repro` starts its next stage within a second or two
-# imported by the server before it forks: what the stages spend their start-up on (third-party only)
-PRELOAD = ("numpy", "pandas", "torch", "torch.nn", "mlflow", "mlflow.tracking",
-           "mlflow.store.tracking.sqlalchemy_store", "mlflow.store.model_registry.sqlalchemy_store",
-           "sklearn.base", "scipy.stats", "typer", "yaml", "great_expectations", "matplotlib.pyplot")
+# imported by the server before it forks, in the order the stages need them (validate reads with
+# great-expectations, train and evaluate run torch and MLflow, report draws): third-party only
+PRELOAD = ("numpy", "pandas", "typer", "yaml", "great_expectations", "scipy.stats", "torch", "torch.nn",
+           "sklearn.base", "mlflow", "mlflow.tracking", "mlflow.store.tracking.sqlalchemy_store",
+           "mlflow.store.model_registry.sqlalchemy_store", "matplotlib.pyplot",
+           "skops.io")  # skops: 3-5 s, it walks every scikit-learn estimator (tabular models load through it)
 UNKEYED_ENV = ("DVC_STAGE", "_", "SHLVL", "OLDPWD")  # differ from one stage's command to the next
 CLI = "driftmatrix.cli:main"
 EX_NOT_STARTED = 75  # the child could not become the caller (its process group): the caller runs cold
