@@ -87,19 +87,24 @@ def test_another_environment_is_not_served(warm):
     assert caller("report", env={"WARM_MARKER": "other"}).returncode == 99
 
 
-def test_a_child_dies_with_its_caller_and_gets_its_sigterm(warm, tmp_path):
+@pytest.mark.parametrize("sig, session", [(signal.SIGKILL, False), (signal.SIGTERM, False),
+                                          (signal.SIGKILL, True), (signal.SIGINT, True)])
+def test_a_child_dies_with_its_caller_and_gets_its_signals(warm, tmp_path, sig, session):
+    """SIGKILL: the child kills itself; SIGTERM, and SIGINT when the caller is in another session
+    (the child cannot join its group), are passed on and the caller exits as the child did."""
     caller, _, env = warm
-    for sig in (signal.SIGKILL, signal.SIGTERM):
-        marker = tmp_path / f"child-{sig}"
-        proc = subprocess.Popen([sys.executable, str(tmp_path / "caller.py"), "sleep", str(marker)], env=env,
-                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        child = int(marker.read_text())
-        os.kill(proc.pid, sig)
-        assert proc.wait(30) == -sig  # SIGTERM: passed on, and the caller exits as the child did
-        deadline = time.monotonic() + 10
-        while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+    marker = tmp_path / f"child-{sig}"
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "caller.py"), "sleep", str(marker)], env=env,
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=session)
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child = int(marker.read_text())
+    assert (os.getpgid(child) == os.getpgid(proc.pid)) is not session  # in its group unless in another session
+    (os.killpg if session and sig == signal.SIGKILL else os.kill)(proc.pid, sig)  # the whole group, as kill_suite does
+    assert proc.wait(30) == -sig
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]

@@ -12,12 +12,13 @@ What keeps it the same command:
 - The server imports third-party libraries only. A child drops every ``driftmatrix`` module it
   inherited and imports this checkout's code afresh, so an edit between two stages is seen.
 - A server serves only processes that would have started it alike: the same interpreter,
-  ``sys.path``, session, user and environment (``DVC_STAGE`` aside). Anything else gets a
-  server of its own; an idle one exits after ``IDLE_S``.
-- The child joins the caller's process group (a kill of `dvc repro`'s group reaches it) and kills
-  itself when the caller dies (a SIGKILL of the stage process alone); SIGTERM, SIGHUP and SIGQUIT
-  sent to the caller are passed on, SIGINT from the terminal reaches the group. When the server
-  dies mid-stage, the caller kills the child and fails in one line: rerun.
+  ``sys.path``, user and environment (``DVC_STAGE`` aside). Anything else gets a server of its
+  own; an idle one exits after ``IDLE_S``.
+- The child kills itself when its caller dies (a SIGKILL of the stage process, or of `dvc
+  repro`'s process group), and joins the caller's process group where it may (the same
+  session), so that a group's signals reach it; SIGTERM, SIGHUP and SIGQUIT sent to the caller
+  are passed on, and SIGINT too when the child is not in its group. When the server dies
+  mid-stage, the caller kills the child and fails in one line: rerun.
 - ``DRIFTMATRIX_WARM=0`` turns it off.
 """
 
@@ -45,7 +46,6 @@ PRELOAD = ("numpy", "pandas", "typer", "yaml", "great_expectations", "scipy.stat
            "skops.io")  # skops: 3-5 s, it walks every scikit-learn estimator (tabular models load through it)
 UNKEYED_ENV = ("DVC_STAGE", "_", "SHLVL", "OLDPWD")  # differ from one stage's command to the next
 CLI = "driftmatrix.cli:main"
-EX_NOT_STARTED = 75  # the child could not become the caller (its process group): the caller runs cold
 
 
 def main() -> None:
@@ -72,12 +72,12 @@ def call(entry: str):
 
 def server_key() -> str:
     """What a process must share with the server for a fork of it to be the process it would have
-    been: interpreter and its flags, import path, user, session, environment, and the installed
+    been: interpreter and its flags, import path, user, environment, and the installed
     packages."""
     env = {k: v for k, v in os.environ.items() if k not in UNKEYED_ENV}
     site = [p for p in sys.path if p.endswith("site-packages")]
     stamp = [os.stat(p).st_mtime_ns for p in site if os.path.isdir(p)]
-    blob = json.dumps([sys.executable, interpreter_flags(), sys.path, os.getuid(), os.getsid(0), sorted(env.items()),
+    blob = json.dumps([sys.executable, interpreter_flags(), sys.path, os.getuid(), sorted(env.items()),
                        stamp])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
@@ -114,33 +114,29 @@ def run_warm(path: Path, entry: str) -> int | None:
     except OSError:
         return None
     reader = conn.makefile("rb")
-    child = None
-    forwarded = {}
+    child, grouped = None, False
 
     def forward(sig: int, _frame) -> None:
-        if child is not None:
-            _kill(child, sig)
-        else:  # not started yet: the caller goes as it would have; a child forked by now follows it
+        if child is None:  # not started: the caller goes as it would have; a child forked by now follows it
             signal.signal(sig, signal.SIG_DFL)
             os.kill(os.getpid(), sig)
+        elif sig != signal.SIGINT or not grouped:  # a child in our group has the terminal's SIGINT already
+            _kill(child, sig)
 
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
-        forwarded[sig] = signal.signal(sig, forward)
-    previous_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the child, in our group, gets the terminal's
+    handlers = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                                                             signal.SIGINT)}
     try:
         for line in reader:
-            word, _, value = line.decode().partition(" ")
+            word, *values = line.decode().split()
             if word == "started":
-                child = int(value)
+                child, grouped = int(values[0]), int(values[1]) == os.getpgid(0)
             elif word == "exit":
-                code = int(value)
-                return None if code == EX_NOT_STARTED and child is None else code
+                return None if child is None else int(values[0])  # None: it died before it started
     except OSError:
         pass
     finally:
-        for sig, handler in forwarded.items():
+        for sig, handler in handlers.items():
             signal.signal(sig, handler)
-        signal.signal(signal.SIGINT, previous_int)
     if child is None:
         return None  # the server went away before the child started: run cold
     _kill(child, signal.SIGKILL)
@@ -233,8 +229,8 @@ def preload_next(pending: list[str]) -> None:
 
 def accept_loop(listener: socket.socket, lock: int) -> dict | None:
     """Serve callers, importing PRELOAD one library at a time while none waits (a caller that
-    comes early is forked with what is loaded by then); None in the server once idle for IDLE_S
-    or its session's leader is gone, the caller's request in a child."""
+    comes early is forked with what is loaded by then); None in the server once idle for IDLE_S,
+    the caller's request in a child."""
     import gc
 
     children: dict[int, socket.socket] = {}
@@ -247,8 +243,8 @@ def accept_loop(listener: socket.socket, lock: int) -> dict | None:
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "child")
-    idle_since, session = time.monotonic(), os.getsid(0)
-    while children or (pending or time.monotonic() - idle_since < IDLE_S) and alive(session):
+    idle_since = time.monotonic()
+    while children or pending or time.monotonic() - idle_since < IDLE_S:
         events = selector.select(timeout=0 if pending else 1.0)
         if not events:
             preload_next(pending)
@@ -278,18 +274,6 @@ def accept_loop(listener: socket.socket, lock: int) -> dict | None:
         if reap(children):
             idle_since = time.monotonic()
     return None
-
-
-def alive(pid: int) -> bool:
-    """Whether process ``pid`` lives: a server outlives no session leader (a killed `dvc repro`
-    started in a session of its own, or the terminal's shell), as nothing could call it any more."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
 
 
 def receive(conn: socket.socket) -> dict | None:
@@ -350,7 +334,7 @@ def become_caller(conn: socket.socket, request: dict) -> None:
     try:
         os.setpgid(0, request["pgid"])
     except OSError:
-        os._exit(EX_NOT_STARTED)
+        pass  # another session's group: the caller passes SIGINT on, and the child dies with it all the same
     for target, fd in enumerate(request["fds"]):
         os.dup2(fd, target)
         os.close(fd)
@@ -362,7 +346,7 @@ def become_caller(conn: socket.socket, request: dict) -> None:
     sys.path[:] = request["path"]
     if "numpy" in sys.modules:  # a fresh process seeds numpy's global generator from the OS
         sys.modules["numpy"].random.seed()
-    conn.sendall(f"started {os.getpid()}\n".encode())
+    conn.sendall(f"started {os.getpid()} {os.getpgid(0)}\n".encode())
 
     def die_with_caller() -> None:
         while True:
