@@ -109,8 +109,7 @@ def anchor_params(base: dict, raw: Path, work: Path, model: str, seeds: int, pre
 def our_env(work: Path, threads: int | None = None) -> dict[str, str]:
     """The caller's environment with a temporary MLflow store; ``threads`` caps torch's intra-op
     threads like the authors' ``runtime.num_threads``."""
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}",
-           "DRIFTMATRIX_WARM": "1"}  # the stages start warm, as `dvc repro` starts them (runtime/warmstart.py)
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "MLFLOW_TRACKING_URI": f"sqlite:///{work / 'mlflow.db'}"}
     if threads:
         env.update(OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     return env
@@ -359,7 +358,7 @@ def main(argv: list[str] | None = None) -> None:
             theirs = a
     base = yaml.safe_load((REPO / "params.yaml").read_text())
     res = Results(threads=args.threads)
-    res.startup = startup_seconds({**our_env(Path(tempfile.gettempdir())), "DRIFTMATRIX_WARM": "0"})  # a cold start
+    res.startup = startup_seconds(our_env(Path(tempfile.gettempdir())))
     with tempfile.TemporaryDirectory(prefix="anchor-authors-") as d:
         scratch = Path(d)
         if theirs is not None and (args.warm or not their_cache_warm(data)):

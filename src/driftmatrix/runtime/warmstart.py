@@ -211,26 +211,29 @@ def serve(path: Path) -> dict | None:
 
 
 def preload_next(pending: list[str]) -> None:
-    """Import the next library of ``pending``; after the last, collect once. Every driftmatrix
-    module is forgotten: a child imports the code as it is when it starts."""
+    """Import the next library of ``pending``; after the last, collect once."""
     import gc
     import importlib
 
-    if pending:
-        try:
-            importlib.import_module(pending.pop(0))
-        except Exception:  # noqa: BLE001 - a library missing here is imported (or not) by the stage
-            pass
-        if not pending:
-            gc.collect()
+    try:
+        importlib.import_module(pending.pop(0))
+    except Exception:  # noqa: BLE001 - a library missing here is imported (or not) by the stage
+        pass
+    if not pending:
+        gc.collect()
+
+
+def forget_own_modules() -> None:
+    """Drop every driftmatrix module (this one included, as the server imported it): a child
+    imports the code as it is when it starts."""
     for name in [m for m in sys.modules if m == "driftmatrix" or m.startswith("driftmatrix.")]:
         del sys.modules[name]
 
 
 def accept_loop(listener: socket.socket, lock: int) -> dict | None:
     """Serve callers, importing PRELOAD one library at a time while none waits (a caller that
-    comes early is forked with what is loaded by then); None in the server once idle for IDLE_S,
-    the caller's request in a child."""
+    comes early is forked with what is loaded by then); None in the server once idle for IDLE_S
+    or sent SIGTERM (its children finish first), the caller's request in a child."""
     import gc
 
     children: dict[int, socket.socket] = {}
@@ -240,23 +243,26 @@ def accept_loop(listener: socket.socket, lock: int) -> dict | None:
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    stopped: list[int] = []
+    signal.signal(signal.SIGTERM, lambda sig, _frame: stopped.append(sig))
     selector = selectors.DefaultSelector()
     selector.register(listener, selectors.EVENT_READ, "accept")
     selector.register(wake_r, selectors.EVENT_READ, "child")
     idle_since = time.monotonic()
-    while children or pending or time.monotonic() - idle_since < IDLE_S:
-        events = selector.select(timeout=0 if pending else 1.0)
-        if not events:
+    while children or not stopped and (pending or time.monotonic() - idle_since < IDLE_S):
+        events = selector.select(timeout=0 if pending and not stopped else 1.0)
+        if not events and pending and not stopped:
             preload_next(pending)
         for key, _ in events:
             if key.data == "child":
                 os.read(wake_r, 512)
                 continue
             conn, _ = listener.accept()
-            request = receive(conn)
+            request = None if stopped else receive(conn)
             if request is None:
-                conn.close()
+                conn.close()  # the caller runs the command itself
                 continue
+            forget_own_modules()
             gc.freeze()  # out of the collector's reach: a child would otherwise walk, and so copy, it all
             pid = os.fork()
             if pid == 0:
