@@ -31,7 +31,6 @@ def sleep():
 # a caller: `start` starts the server of its key and prints its pid; `<function> args...` runs
 # warmprobe:<function> through the server (exit 99 when none took it)
 CALLER = '''import os, sys, time
-from pathlib import Path
 from driftmatrix.runtime import warmstart as w
 path = w.socket_path(w.server_key())
 if sys.argv[1] == "start":
@@ -69,7 +68,7 @@ def test_a_command_runs_in_a_fork_of_the_server_in_the_callers_place(warm, tmp_p
         done = caller("report", "--flag", env={"DVC_STAGE": "evaluate@Y"})  # the stage's name is not in the key
         assert done.returncode == 3, done.stderr  # the child's exit code is the caller's
         lines = done.stdout.splitlines()
-        _, me, group = map(int, lines[0].replace("caller", "0").split())
+        me, group = map(int, lines[0].split()[1:])  # "caller <pid> <pgid>"
         child = json.loads(lines[1])  # the child wrote to the caller's stdout
         if child["torch"] or time.monotonic() > deadline:
             break
